@@ -1,0 +1,54 @@
+# enginex-compat: one compat vLLM image per accelerator card.
+# Newcomers: `make demo` (example broken model -> preflight plan) and `make test` (everything).
+
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+CARD   ?= nv-a100
+
+.PHONY: help venv author-env engine-env tf455-env envs demo test test-fast bench profiles profiles-check lint clean
+
+help:
+	@echo "make demo        build an example broken model and show what the $(CARD) image would do"
+	@echo "make test        all tests, real vLLM 0.11.0 end-to-end included (builds the venvs)"
+	@echo "make test-fast   unit and integration tests without starting vLLM"
+	@echo "make bench       preflight speed figures"
+	@echo "make profiles    regenerate common/profiles/*.json from build_matrix.toml and the engine venvs"
+	@echo "make lint        ruff, vermin (runtime stays Python 3.10), shellcheck"
+
+# Each venv is built once per spec hash in a cache outside the checkout (scripts/make-venv.sh).
+venv:
+	@scripts/make-venv.sh dev $(VENV) $(PYTHON)
+author-env:
+	@scripts/make-venv.sh author .venv-author $(PYTHON)
+engine-env:
+	@scripts/make-venv.sh engine .venv-engine $(PYTHON)
+tf455-env:
+	@scripts/make-venv.sh tf455 .venv-tf455 $(PYTHON)
+envs: venv author-env engine-env tf455-env
+
+demo: venv author-env
+	@$(PY) scripts/demo.py --card $(CARD)
+
+test: envs
+	$(PY) -m pytest
+
+test-fast: venv author-env tf455-env
+	$(PY) -m pytest -m "not e2e"
+
+bench: venv
+	@$(PY) scripts/bench.py
+
+profiles: venv engine-env tf455-env
+	$(PY) -m compat_build.profiles
+
+profiles-check: venv engine-env tf455-env
+	$(PY) -m compat_build.profiles --check
+
+lint: venv
+	$(VENV)/bin/ruff check common compat_build tests scripts
+	$(VENV)/bin/vermin --no-tips --violations -t=3.10- common
+	$(VENV)/bin/shellcheck -S warning common/entrypoint.sh scripts/*.sh .ci/run
+
+clean:
+	rm -rf build demo .pytest_cache

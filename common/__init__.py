@@ -1,0 +1,7 @@
+"""enginex-compat runtime: the preflight that repairs a model for a card's engine, then starts vLLM.
+
+Runs inside the card images on their own Python (3.10 on BI-100, 3.12 elsewhere): standard
+library only on the clean path. transformers is imported only in verification subprocesses.
+"""
+
+__version__ = "0.1.0"

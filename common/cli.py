@@ -1,0 +1,88 @@
+"""python3 -m common {preflight,launch} ...
+
+preflight MODEL_DIR --card CARD [--json] [--dry-run] [--no-verify] [-- VLLM_ARGS...]
+    print the plan the image would apply (never execs; exit 0 whatever the model holds)
+launch -- VLLM_ARGS...
+    what the image's entrypoint runs: preflight, then exec `vllm serve MODEL_DIR <repairs> ARGS`
+"""
+
+import argparse
+import json
+import os
+import sys
+from typing import List, Optional, Tuple
+
+from .log import say
+
+
+def _split(argv: List[str]) -> Tuple[List[str], List[str]]:
+    """Our options before the first `--`, the vLLM arguments after it."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python3 -m common", description="enginex-compat preflight and launcher")
+    sub = parser.add_subparsers(dest="command", required=True)
+    pre = sub.add_parser("preflight", help="print the plan the image would apply to a model")
+    pre.add_argument("model_dir")
+    pre.add_argument("--card", default=None, help="card profile (default: COMPAT_CARD or the image's card)")
+    pre.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    pre.add_argument("--dry-run", action="store_true", help="compute the plan only (preflight never execs)")
+    pre.add_argument("--no-verify", action="store_true", help="skip verification (repairs that need it are then dropped)")
+    sub.add_parser("launch", help="preflight, then exec vllm serve (the image entrypoint)")
+    return parser
+
+
+def _print_human(plan_json: dict) -> None:
+    facts = plan_json["facts"]
+    print(f"card: {plan_json['card']}    model: {plan_json['model_dir']}")
+    for key in ("architectures", "model_type", "head_size", "tokenizer_kind", "tokenizer_class", "chat_template_source"):
+        print(f"  {key:22} {facts.get(key)}")
+    print("repairs:" if plan_json["repairs"] else "repairs: none")
+    for r in plan_json["repairs"]:
+        state = {True: "verified", False: "FAILED verification, dropped", None: "not verified, dropped"}[r["verified"]]
+        print(f"  {r['code']:4} {r['title']}  [{state}]")
+        print(f"       {r['detail']}")
+        if r.get("verification"):
+            print(f"       check: {r['verification']}")
+    print("findings:" if plan_json["findings"] else "findings: none")
+    for f in plan_json["findings"]:
+        print(f"  {f['code']:7} {f['severity']:8} {f['message']}")
+    print("vllm serve " + " ".join([plan_json["model_dir"]] + plan_json["args"] + plan_json["user_args"]))
+    for key, value in plan_json["env"].items():
+        print(f"  env {key}={value}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ours, vllm_args = _split(argv)
+    opts = _parser().parse_args(ours)
+    if opts.command == "launch":
+        from .launch import launch
+
+        launch(vllm_args, os.environ)
+    from .plan import Plan
+    from .preflight import build_plan
+    from .profile import image_card
+
+    card = opts.card or os.environ.get("COMPAT_CARD") or image_card()
+    if not card:
+        print("preflight: no card given; pass --card (nv-a100, hygon-k100, iluvatar-bi100) or set COMPAT_CARD", file=sys.stderr)
+        return 2
+    # The decision log goes to stderr, so in --json mode stdout carries exactly one object.
+    plan = Plan(card=card, model_dir=os.path.abspath(opts.model_dir))
+    try:
+        build_plan(opts.model_dir, card, vllm_args, os.environ, verify=not opts.no_verify, plan=plan)
+    except Exception as exc:  # a bug must still leave the user a plan to read
+        plan.add_finding("INTERNAL", "error", f"preflight failed: {type(exc).__name__}: {exc}")
+        say(f"preflight failed: {type(exc).__name__}: {exc}")
+    data = plan.to_json()
+    if opts.json:
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        _print_human(data)
+    return 0
+

@@ -1,0 +1,74 @@
+"""The attention head size the engine will use, from every form configs state it in."""
+
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
+
+# Sub-configs that hold the language model of multimodal and wrapper architectures.
+NESTED_TEXT_CONFIGS = ("text_config", "lm_config", "llm_config", "language_config")
+# No attention kernel of any card goes near this; a larger value is a corrupt config.
+MAX_PLAUSIBLE_HEAD_SIZE = 4096
+
+
+@dataclass(frozen=True)
+class HeadSize:
+    value: Optional[int]
+    source: str
+    problem: Optional[str] = None
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _text_config(config: Dict[str, Any]) -> Dict[str, Any]:
+    """The config that describes attention: the top level, or the nested language model's."""
+    for key in NESTED_TEXT_CONFIGS:
+        nested = config.get(key)
+        if isinstance(nested, dict) and not _states_attention(config):
+            return nested
+    return config
+
+
+def _states_attention(config: Dict[str, Any]) -> bool:
+    keys = ("head_dim", "num_attention_heads", "n_head", "d_kv", "qk_nope_head_dim")
+    return any(k in config for k in keys)
+
+
+def _checked(value: Any, source: str) -> HeadSize:
+    if not _positive_int(value):
+        return HeadSize(None, source, f"{source} is {value!r}, not a positive integer")
+    if value > MAX_PLAUSIBLE_HEAD_SIZE:
+        return HeadSize(None, source, f"{source} is {value}, implausibly large")
+    return HeadSize(value, source)
+
+
+def _ratio(config: Dict[str, Any], hidden_key: str, heads_key: str) -> HeadSize:
+    source = f"{hidden_key}/{heads_key}"
+    hidden, heads = config.get(hidden_key), config.get(heads_key)
+    if not _positive_int(hidden) or not _positive_int(heads):
+        return HeadSize(None, source, f"{source} is {hidden!r}/{heads!r}, not two positive integers")
+    if hidden % heads:
+        return HeadSize(None, source, f"{hidden_key} {hidden} is not divisible by {heads_key} {heads}")
+    return _checked(hidden // heads, source)
+
+
+def detect_head_size(config: Dict[str, Any]) -> HeadSize:
+    """Head size per the precedence of the engine: MLA sum, explicit head_dim, then ratios."""
+    cfg = _text_config(config)
+    if "qk_nope_head_dim" in cfg and "qk_rope_head_dim" in cfg:
+        nope, rope = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"]
+        source = "qk_nope_head_dim+qk_rope_head_dim"
+        if not (_positive_int(nope) and _positive_int(rope)) and not (nope == 0 and _positive_int(rope)):
+            return HeadSize(None, source, f"{source} is {nope!r}+{rope!r}, not integers")
+        return _checked(nope + rope, source)
+    if cfg.get("head_dim") is not None:
+        return _checked(cfg["head_dim"], "head_dim")
+    if "hidden_size" in cfg and "num_attention_heads" in cfg:
+        return _ratio(cfg, "hidden_size", "num_attention_heads")
+    if "n_embd" in cfg and "n_head" in cfg:
+        return _ratio(cfg, "n_embd", "n_head")
+    if cfg.get("d_kv") is not None:
+        return _checked(cfg["d_kv"], "d_kv")
+    if "d_model" in cfg and "num_heads" in cfg:
+        return _ratio(cfg, "d_model", "num_heads")
+    return HeadSize(None, "none", "config states no attention head size")

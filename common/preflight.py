@@ -1,0 +1,136 @@
+"""Decide the repairs for one model on one card: the Plan both `preflight` and `launch` use."""
+
+import json
+import os
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from .facts import gather_facts
+from .log import say
+from .modeldir import ModelDir
+from .overlay import build_overlay
+from .plan import Plan, Repair
+from .profile import load_profile
+from .rules import REGISTRY, Context
+from .verify import run_check
+from .vllm_args import UserArgs, join_args
+from .workdir import make_run_dir
+
+TOKENIZER_OVERLAY = "tokenizer"
+
+
+def build_plan(model_dir: str, card: str, user_args: Sequence[str], env: Mapping[str, str],
+               verify: bool = True, plan: Optional[Plan] = None) -> Plan:
+    """Fill `plan` (a fresh one if None) step by step, so a caller interrupted midway (timeout)
+    still holds what was decided so far. Raises nothing for bad input: that becomes findings."""
+    plan = plan if plan is not None else Plan(card=card, model_dir=os.path.abspath(model_dir))
+    plan.user_args = list(user_args)
+    model = ModelDir(model_dir)
+    problem = model.listing_problem()
+    if problem is not None:
+        plan.add_finding("MODEL", "error", problem.reason)
+        say(problem.reason)
+        return plan
+    try:
+        profile = load_profile(card)
+    except ValueError as exc:
+        plan.add_finding("PROFILE", "error", str(exc))
+        say(f"{exc}; no repairs")
+        return plan
+    plan.facts = gather_facts(model)
+    user = UserArgs(user_args)
+    ctx = Context(model=model, profile=profile, facts=plan.facts, user=user, env=env)
+    for rule in REGISTRY:
+        try:
+            outcome = rule.check(ctx)
+        except Exception as exc:  # a rule bug must not cost the other repairs
+            plan.add_finding(rule.code, "warning", f"rule failed ({type(exc).__name__}: {exc}); skipped")
+            say(f"{rule.code}: rule failed ({type(exc).__name__}: {exc}); skipped")
+            continue
+        plan.repairs.extend(outcome.repairs)
+        plan.findings.extend(outcome.findings)
+    seen = set()
+    for bad in model.problems:
+        if bad.message() not in seen:
+            seen.add(bad.message())
+            plan.add_finding("INPUT", "warning", bad.message())
+    for finding in plan.findings:
+        say(f"{finding.code} {finding.severity}: {finding.message}")
+    plan.work_dir = make_run_dir(env, model.path)
+    _materialize_overlays(plan, model, env, verify)
+    _assemble(plan, user, env)
+    _write_report(plan)
+    return plan
+
+
+def _materialize_overlays(plan: Plan, model: ModelDir, env: Mapping[str, str], verify: bool) -> None:
+    overlay_repairs = [r for r in plan.repairs if r.overlay]
+    for repair in plan.repairs:
+        if not repair.overlay:
+            repair.verified = True  # nothing beyond its own arguments to check
+    if not overlay_repairs:
+        return
+    edits: Dict[str, List[Dict]] = {}
+    for repair in overlay_repairs:
+        for name, edit in repair.overlay.items():
+            edits.setdefault(name, []).append(edit)
+    dest = os.path.join(plan.work_dir, TOKENIZER_OVERLAY)
+    build_overlay(model, dest, edits)
+    codes = "+".join(r.code for r in overlay_repairs)
+    if verify:
+        verdict = run_check("tokenizer_check.py", [dest, model.path], env)
+        ok, reason = verdict.ok, verdict.reason
+    else:
+        ok, reason = None, "verification skipped (--no-verify)"
+    for repair in overlay_repairs:
+        repair.args = ["--tokenizer", dest]
+        repair.verified = ok
+        repair.verification = reason
+        say(f"{repair.code} {repair.title}: {repair.detail}")
+    if ok:
+        say(f"{codes} verified: {reason}")
+    else:
+        state = "failed" if ok is False else "unavailable"
+        message = f"{codes} dropped: verification {state}: {reason}"
+        plan.add_finding(overlay_repairs[0].code, "error" if ok is False else "warning", message)
+        say(message)
+
+
+def _assemble(plan: Plan, user: UserArgs, env: Mapping[str, str]) -> None:
+    """Args and env of the verified repairs, deduplicated, with the user's arguments winning."""
+    args: List[str] = []
+    overrides: Dict = {}
+    for repair in plan.repairs:
+        if repair.verified is not True:
+            continue
+        if repair.args and not _contains(args, repair.args):
+            args.extend(repair.args)
+        overrides.update(repair.hf_overrides)
+        for key, value in repair.env.items():
+            if key in env:
+                say(f"{repair.code}: {key} is already set to {env[key]!r}; left as given")
+            else:
+                plan.env[key] = value
+    plan.args, plan.user_args, problem = join_args(args, overrides, user)
+    if problem:
+        plan.add_finding("ARGS", "warning", problem)
+        say(problem)
+    if plan.args or plan.env:
+        say(f"adding args {plan.args} env {plan.env}")
+    else:
+        say("no repairs needed: vLLM starts with the given arguments only")
+
+
+def _contains(haystack: List[str], needle: List[str]) -> bool:
+    n = len(needle)
+    return any(haystack[i:i + n] == needle for i in range(len(haystack) - n + 1))
+
+
+def _write_report(plan: Plan) -> None:
+    path = os.path.join(plan.work_dir, "report.json")
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(plan.to_json(), fh, indent=2, ensure_ascii=False)
+            fh.write("\n")
+        say(f"report: {path}")
+    except OSError as exc:
+        say(f"report.json could not be written ({exc.strerror})")

@@ -1,0 +1,75 @@
+"""A card's engine profile: what its vLLM and transformers support.
+
+Baked into the image as JSON at build time from the image's own packages (the truth), and kept
+in the repo under profiles/ for local preflights, generated from build_matrix.toml and a real
+engine install.
+"""
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, FrozenSet, Optional, Tuple
+
+PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
+IMAGE_CARD_FILE = os.path.join(PROFILE_DIR, "IMAGE_CARD")
+
+
+@dataclass(frozen=True)
+class Profile:
+    card: str
+    vllm_version: str
+    transformers_version: str
+    head_sizes: Tuple[int, ...]
+    head_size_policy: str
+    # None: the profile was made without the card's vLLM at hand (known only inside its image).
+    architectures: Optional[FrozenSet[str]]
+    tokenizer_classes: FrozenSet[str]
+    tokenizer_model_types: FrozenSet[str]
+    model_type_architectures: Dict[str, str]
+    transformers_architectures: FrozenSet[str]
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Profile":
+        engine = data["engine"]
+        return cls(
+            card=str(data["card"]),
+            vllm_version=str(data["vllm_version"]),
+            transformers_version=str(data["transformers_version"]),
+            head_sizes=tuple(int(x) for x in data["attention"]["head_sizes"]),
+            head_size_policy=str(data["attention"]["head_size_policy"]),
+            architectures=None if engine["architectures"] is None else frozenset(engine["architectures"]),
+            tokenizer_classes=frozenset(engine["tokenizer_classes"]),
+            tokenizer_model_types=frozenset(engine["tokenizer_model_types"]),
+            model_type_architectures=dict(engine["model_type_architectures"]),
+            transformers_architectures=frozenset(engine["transformers_architectures"]),
+        )
+
+    def knows_tokenizer_class(self, name: str) -> bool:
+        """AutoTokenizer resolves `X` and `XFast` alike, so either spelling counts."""
+        base = name[:-4] if name.endswith("Fast") else name
+        return name in self.tokenizer_classes or base in self.tokenizer_classes or (
+            base + "Fast") in self.tokenizer_classes
+
+
+def image_card() -> Optional[str]:
+    """The card this image was built for, or None outside an image."""
+    try:
+        with open(IMAGE_CARD_FILE, encoding="utf-8") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def load_profile(card: str) -> Profile:
+    """The profile of `card`; raises ValueError naming the card when there is none or it is bad."""
+    if not card or "/" in card or card.startswith("."):
+        raise ValueError(f"invalid card name {card!r}")
+    path = os.path.join(PROFILE_DIR, f"{card}.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return Profile.from_json(json.load(fh))
+    except FileNotFoundError:
+        known = sorted(f[:-5] for f in os.listdir(PROFILE_DIR) if f.endswith(".json"))
+        raise ValueError(f"no engine profile for card {card!r} (known: {', '.join(known)})") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"engine profile {path} is unusable: {exc}") from None

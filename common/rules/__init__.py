@@ -1,0 +1,21 @@
+"""The rule registry: one line per rule, in the order their repairs are applied."""
+
+from typing import Tuple
+
+from . import r3_extra_special_tokens, r3b_tokenizer_class
+from .base import Context, Outcome, Rule
+
+REGISTRY: Tuple[Rule, ...] = (
+    r3_extra_special_tokens.RULE,
+    r3b_tokenizer_class.RULE,
+)
+
+
+def by_code(code: str) -> Rule:
+    for rule in REGISTRY:
+        if rule.code == code:
+            return rule
+    raise KeyError(code)
+
+
+__all__ = ["REGISTRY", "Context", "Outcome", "Rule", "by_code"]

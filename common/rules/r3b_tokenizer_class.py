@@ -1,0 +1,66 @@
+"""R3b: a `tokenizer_class` the engine's transformers does not have.
+
+transformers 5 saves generic fast tokenizers as `TokenizersBackend` (and some authors use
+`TiktokenTokenizer` or classes of newer releases); the engine's transformers raises `Tokenizer
+class X does not exist or is not currently imported` and vLLM never starts. When the model ships
+files a class of the engine can read, the overlay names that class instead, and the repair is
+kept only if the overlay loads with the same special-token and probe-text ids. A tokenizer with
+no tokenizer_config.json at all gets one when the engine could not otherwise pick a class.
+"""
+
+from typing import Dict
+
+from ..plan import Repair
+from ..tokenizer_files import tokenizer_config
+from .base import Context, Outcome, Rule
+from .tokenizer_guard import tokenizer_hands_off
+
+# The class of the engine's transformers that reads each kind of tokenizer files.
+FALLBACK_CLASS: Dict[str, str] = {
+    "fast": "PreTrainedTokenizerFast",
+    "sentencepiece": "LlamaTokenizer",
+    "bpe": "GPT2Tokenizer",
+}
+
+
+class UnknownTokenizerClass(Rule):
+    code = "R3b"
+    title = "tokenizer_class unknown to the engine's transformers"
+    doc = __doc__.split("\n\n", 1)[1].strip()
+    fix = "overlay tokenizer_config.json naming a class the engine has, passed with --tokenizer, kept only when verified"
+    log_signatures = (
+        r"Tokenizer class \S+ does not exist or is not currently imported",
+    )
+
+    def check(self, ctx: Context) -> Outcome:
+        kind = ctx.facts.get("tokenizer_kind")
+        present = ctx.model.state("tokenizer_config.json").exists
+        config = tokenizer_config(ctx.model)
+        declared = config.get("tokenizer_class")
+        model_type = ctx.facts.get("model_type")
+        if not present:
+            if kind != "fast" or model_type in ctx.profile.tokenizer_model_types:
+                return Outcome()
+            problem = f"no tokenizer_config.json and model_type {model_type!r} maps to no tokenizer in transformers {ctx.profile.transformers_version}"
+        elif declared is None:
+            return Outcome()
+        elif isinstance(declared, str) and ctx.profile.knows_tokenizer_class(declared):
+            return Outcome()
+        else:
+            problem = f"tokenizer_class {declared!r} does not exist in transformers {ctx.profile.transformers_version}"
+        reason = tokenizer_hands_off(ctx)
+        if reason:
+            return Outcome(findings=[self.finding("warning", f"{problem}, but {reason}; not rewritten")])
+        fallback = FALLBACK_CLASS.get(kind or "")
+        if fallback is None or not ctx.profile.knows_tokenizer_class(fallback):
+            return Outcome(findings=[self.finding(
+                "error", f"{problem}, and the model's tokenizer files ({kind}) have no class of the engine to read them")])
+        return Outcome(repairs=[Repair(
+            code=self.code,
+            title=self.title,
+            detail=f"{problem}; the overlay names {fallback}, which reads {kind} tokenizer files",
+            overlay={"tokenizer_config.json": {"tokenizer_class": fallback}},
+        )])
+
+
+RULE = UnknownTokenizerClass()

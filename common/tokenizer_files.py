@@ -1,0 +1,68 @@
+"""Which tokenizer a model ships, read from file names and tokenizer_config.json only."""
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from .modeldir import ModelDir
+
+# (kind, files that must all be usable), first match wins: the engine's transformers prefers
+# tokenizer.json over every slow format.
+KIND_FILES: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
+    ("fast", ("tokenizer.json",)),
+    ("sentencepiece", ("tokenizer.model",)),
+    ("bpe", ("vocab.json", "merges.txt")),
+    ("wordpiece", ("vocab.txt",)),
+)
+TIKTOKEN_NAMES = ("tiktoken.model", "qwen.tiktoken")
+TIKTOKEN_SUFFIX = ".tiktoken"
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
+
+
+def tokenizer_kind(model: ModelDir) -> str:
+    """fast | sentencepiece | bpe | wordpiece | tiktoken | none."""
+    for kind, files in KIND_FILES:
+        if all(model.has(name) for name in files):
+            return kind
+    for name in model.names():
+        if name in TIKTOKEN_NAMES or name.endswith(TIKTOKEN_SUFFIX):
+            if model.has(name):
+                return "tiktoken"
+    return "none"
+
+
+def tokenizer_config(model: ModelDir) -> Dict[str, Any]:
+    return model.json_object("tokenizer_config.json")
+
+
+def remote_code_tokenizer(model: ModelDir) -> Optional[str]:
+    """The auto_map entry that makes this a remote-code tokenizer, or None."""
+    for name in ("tokenizer_config.json", "config.json"):
+        auto_map = model.json_object(name).get("auto_map")
+        if isinstance(auto_map, dict) and "AutoTokenizer" in auto_map:
+            return f"{name} auto_map.AutoTokenizer = {auto_map['AutoTokenizer']!r}"
+    return None
+
+
+def chat_template_source(model: ModelDir) -> Optional[str]:
+    """Where the engine's transformers would find a chat template, or None."""
+    for name in CHAT_TEMPLATE_FILES:
+        if model.has(name):
+            return name
+    template = tokenizer_config(model).get("chat_template")
+    if isinstance(template, str) and template.strip():
+        return "tokenizer_config.json"
+    if isinstance(template, list) and any(
+        isinstance(t, dict) and isinstance(t.get("template"), str) for t in template
+    ):
+        return "tokenizer_config.json"
+    return None
+
+
+def special_token_strings(values: List[Any]) -> List[str]:
+    """Token strings from a list that may hold strings or serialized AddedToken dicts."""
+    out = []
+    for item in values:
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, dict) and isinstance(item.get("content"), str):
+            out.append(item["content"])
+    return out

@@ -1,0 +1,2 @@
+"""Build-time tooling: manifest, engine snapshots, rendering, platform client. Never shipped in
+an image's runtime package (`common/`)."""

@@ -1,0 +1,80 @@
+"""Generate common/profiles/<card>.json from the manifest and a snapshot of the card's engine.
+
+usage: python -m compat_build.profiles [--check]
+--check exits 1 when a committed profile differs from what the manifest and snapshots give.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any, Dict
+
+from . import manifest as manifest_mod
+
+PROFILE_DIR = os.path.join(manifest_mod.ROOT, "common", "profiles")
+SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "snapshot_engine.py")
+
+
+def take_snapshot(python: str) -> Dict[str, Any]:
+    """Run snapshot_engine.py under `python` (an engine's interpreter) and return its JSON."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "snapshot.json")
+        subprocess.run([python, SNAPSHOT, out], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(out, encoding="utf-8") as fh:
+            return json.load(fh)
+
+
+def profile_json(card: manifest_mod.Card, snap: Dict[str, Any]) -> Dict[str, Any]:
+    """The runtime profile: the manifest's view of the card plus what its engine reports."""
+    return {
+        "card": card.name,
+        "vllm_version": card.vllm,
+        "transformers_version": snap["transformers_version"],
+        "attention": {"head_sizes": list(card.head_sizes), "head_size_policy": card.head_size_policy},
+        "engine": {
+            # An empty list means the snapshot had no vLLM to ask: unknown, not "supports nothing".
+            "architectures": snap["architectures"] or None,
+            "tokenizer_classes": snap["tokenizer_classes"],
+            "tokenizer_model_types": snap["tokenizer_model_types"],
+            "model_type_architectures": snap["model_type_architectures"],
+            "transformers_architectures": snap["transformers_architectures"],
+        },
+    }
+
+
+def render(profile: Dict[str, Any]) -> str:
+    return json.dumps(profile, indent=1, sort_keys=True) + "\n"
+
+
+def main(argv: Any = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true")
+    opts = parser.parse_args(argv)
+    manifest = manifest_mod.load()
+    stale = []
+    snapshots: Dict[str, Dict[str, Any]] = {}
+    for name, card in sorted(manifest.cards.items()):
+        python = os.path.join(manifest_mod.ROOT, card.snapshot_env, "bin", "python")
+        if python not in snapshots:
+            snapshots[python] = take_snapshot(python)
+        snap = snapshots[python]
+        if snap["transformers_version"] != card.transformers:
+            print(f"{name}: {card.snapshot_env} has transformers {snap['transformers_version']}, manifest says {card.transformers}", file=sys.stderr)
+            return 1
+        text = render(profile_json(card, snap))
+        path = os.path.join(PROFILE_DIR, f"{name}.json")
+        current = open(path, encoding="utf-8").read() if os.path.exists(path) else None
+        if current != text:
+            stale.append(name)
+            if not opts.check:
+                with open(path, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+        print(f"{name}: {'stale' if opts.check and current != text else 'ok'} ({path})")
+    return 1 if opts.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

