@@ -1,0 +1,101 @@
+"""ModelDir: every bad input is a Problem, never an exception, and nothing is written."""
+
+import json
+import os
+
+import pytest
+
+from common.modeldir import JSON_SIZE_CAP, ModelDir
+
+from .helpers import model_dir, tree_digest
+
+LFS_POINTER = (
+    b"version https://git-lfs.github.com/spec/v1\n"
+    b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 1842767\n"
+)
+
+
+def test_reads_object_and_caches(tmp_path):
+    m = ModelDir(str(model_dir(tmp_path, {"config.json": {"model_type": "llama"}})))
+    assert m.json_object("config.json") == {"model_type": "llama"}
+    assert m.problems == []
+
+
+@pytest.mark.parametrize("raw, reason", [
+    (b"{not json", "not valid JSON"),
+    (b"\xff\xfe\x00garbage\xc3", "not valid"),
+    (b"\x80\x81 not utf8", "not valid UTF-8"),
+])
+def test_malformed_json_is_a_problem(tmp_path, raw, reason):
+    m = ModelDir(str(model_dir(tmp_path, {"config.json": raw})))
+    assert m.json_object("config.json") == {}
+    assert len(m.problems) == 1 and reason in m.problems[0].reason
+
+
+def test_non_object_json_is_ignored_with_reason(tmp_path):
+    m = ModelDir(str(model_dir(tmp_path, {"config.json": [1, 2]})))
+    assert m.json_object("config.json") == {}
+    assert "JSON list, not an object" in m.problems[0].reason
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
+def test_bom_encoded_json_is_read(tmp_path, encoding):
+    m = ModelDir(str(model_dir(tmp_path, {"config.json": json.dumps({"a": "ü"}).encode(encoding)})))
+    assert m.json_object("config.json") == {"a": "ü"}
+
+
+def test_lfs_pointer_is_recognised(tmp_path):
+    m = ModelDir(str(model_dir(tmp_path, {"tokenizer.json": LFS_POINTER})))
+    state = m.state("tokenizer.json")
+    assert state.exists and not state.usable
+    assert "Git-LFS pointer" in state.problem.reason
+    assert not m.has("tokenizer.json")
+
+
+def test_dangling_symlink_and_symlink_out_of_model(tmp_path):
+    d = model_dir(tmp_path / "m", {"inside.json": {"x": 1}})
+    outside = model_dir(tmp_path / "elsewhere", {"secret.json": {"y": 2}})
+    os.symlink(d / "missing.json", d / "dangling.json")
+    os.symlink(outside / "secret.json", d / "config.json")
+    os.symlink(d / "inside.json", d / "alias.json")
+    m = ModelDir(str(d))
+    assert "dangling symlink" in m.state("dangling.json").problem.reason
+    assert m.json_object("config.json") == {}
+    assert "leaves the model directory" in m.problems[0].reason
+    assert m.json_object("alias.json") == {"x": 1}  # a link inside the model is fine
+
+
+def test_oversized_json_is_not_read(tmp_path):
+    d = model_dir(tmp_path, {})
+    with open(d / "tokenizer_config.json", "wb") as fh:  # sparse: 200 MB without writing them
+        fh.truncate(200 * 1024 * 1024)
+    m = ModelDir(str(d))
+    assert m.json_object("tokenizer_config.json") == {}
+    assert f"over the {JSON_SIZE_CAP // (1024 * 1024)} MiB cap" in m.problems[0].reason
+
+
+def test_unreadable_file(tmp_path, monkeypatch):
+    d = model_dir(tmp_path, {"config.json": {"a": 1}})
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p).endswith("config.json") else real_access(p, mode))
+    m = ModelDir(str(d))
+    assert m.json_object("config.json") == {}
+    assert "permission denied" in m.problems[0].reason
+
+
+def test_directory_level_problems(tmp_path):
+    assert "does not exist" in ModelDir(str(tmp_path / "nope")).listing_problem().reason
+    (tmp_path / "empty").mkdir()
+    assert "is empty" in ModelDir(str(tmp_path / "empty")).listing_problem().reason
+    (tmp_path / "file").write_text("x")
+    assert "not a directory" in ModelDir(str(tmp_path / "file")).listing_problem().reason
+
+
+def test_reading_never_writes(tmp_path):
+    d = model_dir(tmp_path, {"config.json": {"a": 1}, "tokenizer.json": LFS_POINTER, "bad.json": b"{"})
+    before = tree_digest(d)
+    m = ModelDir(str(d))
+    for name in ("config.json", "tokenizer.json", "bad.json", "missing.json"):
+        m.read_json(name)
+        m.state(name)
+    assert tree_digest(d) == before
