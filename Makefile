@@ -46,7 +46,7 @@ profiles-check: venv engine-env tf455-env
 	$(PY) -m compat_build.profiles --check
 
 lint: venv
-	$(VENV)/bin/ruff check common compat_build tests scripts
+	$(VENV)/bin/ruff check common compat_build tests scripts conftest.py
 	$(VENV)/bin/vermin --no-tips --violations -t=3.10- common
 	$(VENV)/bin/shellcheck -S warning common/entrypoint.sh scripts/*.sh .ci/run
 

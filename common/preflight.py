@@ -8,7 +8,7 @@ from .facts import gather_facts
 from .log import say
 from .modeldir import ModelDir
 from .overlay import build_overlay
-from .plan import Plan, Repair
+from .plan import Plan
 from .profile import load_profile
 from .rules import REGISTRY, Context
 from .verify import run_check
