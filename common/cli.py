@@ -6,13 +6,18 @@ launch -- VLLM_ARGS...
     what the image's entrypoint runs: preflight, then exec `vllm serve MODEL_DIR <repairs> ARGS`
 """
 
-import argparse
+from __future__ import annotations
+
+
 import json
 import os
 import sys
-from typing import List, Optional, Tuple
 
 from .log import say
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import List, Optional, Tuple
 
 
 def _split(argv: List[str]) -> Tuple[List[str], List[str]]:
@@ -23,7 +28,9 @@ def _split(argv: List[str]) -> Tuple[List[str], List[str]]:
     return argv, []
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser():  # -> argparse.ArgumentParser; imported here, the launch path never needs it
+    import argparse
+
     parser = argparse.ArgumentParser(prog="python3 -m common", description="enginex-compat preflight and launcher")
     sub = parser.add_subparsers(dest="command", required=True)
     pre = sub.add_parser("preflight", help="print the plan the image would apply to a model")
@@ -59,11 +66,14 @@ def _print_human(plan_json: dict) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ours, vllm_args = _split(argv)
-    opts = _parser().parse_args(ours)
-    if opts.command == "launch":
+    if ours == ["launch"]:  # the container-start path: no option parsing to pay for
         from .launch import launch
 
         launch(vllm_args, os.environ)
+    opts = _parser().parse_args(ours)
+    if opts.command == "launch":
+        print("launch takes no options of its own; vLLM arguments go after --", file=sys.stderr)
+        return 2
     from .plan import Plan
     from .preflight import build_plan
     from .profile import image_card

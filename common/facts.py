@@ -1,10 +1,15 @@
 """The facts of a model the JSON contract reports, derived from metadata alone."""
 
-from typing import Any, Dict
+from __future__ import annotations
+
 
 from .headsize import detect_head_size
 from .modeldir import ModelDir
 from .tokenizer_files import chat_template_source, tokenizer_config, tokenizer_kind
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Any, Dict
 
 
 def gather_facts(model: ModelDir) -> Dict[str, Any]:

@@ -1,7 +1,12 @@
 """The attention head size the engine will use, from every form configs state it in."""
 
-from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from __future__ import annotations
+
+
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional
 
 # Sub-configs that hold the language model of multimodal and wrapper architectures.
 NESTED_TEXT_CONFIGS = ("text_config", "lm_config", "llm_config", "language_config")
@@ -9,11 +14,14 @@ NESTED_TEXT_CONFIGS = ("text_config", "lm_config", "llm_config", "language_confi
 MAX_PLAUSIBLE_HEAD_SIZE = 4096
 
 
-@dataclass(frozen=True)
 class HeadSize:
-    value: Optional[int]
-    source: str
-    problem: Optional[str] = None
+    __slots__ = ("value", "source", "problem")
+
+    def __init__(self, value: Optional[int], source: str, problem: Optional[str] = None) -> None:
+        self.value, self.source, self.problem = value, source, problem
+
+    def __repr__(self) -> str:
+        return f"HeadSize({self.value!r}, {self.source!r}, {self.problem!r})"
 
 
 def _positive_int(value: Any) -> bool:

@@ -1,7 +1,13 @@
 """The `[compat] ...` log lines: one per decision, on stderr, so vLLM's own stdout stays clean."""
 
+from __future__ import annotations
+
+
 import sys
-from typing import TextIO
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import TextIO
 
 PREFIX = "[compat]"
 _stream: TextIO = sys.stderr

@@ -6,11 +6,16 @@ directory, a 200 MB "config", or files the container user may not read. Each suc
 `Problem` the planner turns into a finding; none of them raises.
 """
 
+from __future__ import annotations
+
+
 import json
 import os
 import stat
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 # Metadata JSON files are kilobytes; a tokenizer_config.json with an embedded vocabulary can reach
 # a few MB. Anything larger is not metadata and is not worth stalling container start for.
@@ -20,26 +25,28 @@ LFS_POINTER_PREFIX = b"version https://git-lfs.github.com/spec/"
 LFS_POINTER_MAX = 1024
 
 
-@dataclass(frozen=True)
 class Problem:
     """Why a file of the model could not be used as-is."""
 
-    file: str
-    reason: str
+    __slots__ = ("file", "reason")
+
+    def __init__(self, file: str, reason: str) -> None:
+        self.file, self.reason = file, reason
+
+    def __repr__(self) -> str:
+        return f"Problem({self.file!r}, {self.reason!r})"
 
     def message(self) -> str:
         return f"{self.file}: {self.reason}"
 
 
-@dataclass(frozen=True)
 class FileState:
     """What a name in the model directory is, without reading its contents."""
 
-    name: str
-    exists: bool
-    usable: bool
-    size: int = 0
-    problem: Optional[Problem] = None
+    __slots__ = ("name", "exists", "usable", "size", "problem")
+
+    def __init__(self, name: str, exists: bool, usable: bool, size: int = 0, problem: Optional[Problem] = None) -> None:
+        self.name, self.exists, self.usable, self.size, self.problem = name, exists, usable, size, problem
 
 
 def _decode(raw: bytes) -> str:

@@ -5,11 +5,17 @@ engine reads tokenizer files through it; weights are linked, never opened or cop
 metadata files a repair rewrote, which are written as new JSON.
 """
 
+from __future__ import annotations
+
+
 import json
 import os
-from typing import Any, Dict, List
 
 from .modeldir import ModelDir
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Any, Dict, List
 
 
 def patch_json(base: Dict[str, Any], edits: List[Dict[str, Any]]) -> Dict[str, Any]:

@@ -1,37 +1,48 @@
-"""What a preflight decided: repairs, findings, and the argv/env they add up to."""
+"""What a preflight decided: repairs, findings, and the argv/env they add up to.
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional
+Plain classes, not dataclasses: importing dataclasses costs more than the whole clean-path
+preflight, and this runs at every container start.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 SEVERITIES = ("info", "warning", "error")
 
 
-@dataclass
 class Finding:
     """Something a person should know that no repair (or no verified repair) covers."""
 
-    code: str
-    severity: str
-    message: str
+    __slots__ = ("code", "severity", "message")
+
+    def __init__(self, code: str, severity: str, message: str) -> None:
+        self.code, self.severity, self.message = code, severity, message
 
     def to_json(self) -> Dict[str, Any]:
-        return asdict(self)
+        return {"code": self.code, "severity": self.severity, "message": self.message}
+
+    def __repr__(self) -> str:
+        return f"Finding({self.code!r}, {self.severity!r}, {self.message!r})"
 
 
-@dataclass
 class Repair:
     """One rule's fix. `overlay` maps a metadata file name to the keys to set (None: drop the key)
-    in the work-dir copy of that file; repairs that share an overlay are verified together."""
+    in the work-dir copy of that file; repairs that share an overlay are verified together.
+    `verified` is True, False (failed: dropped) or None (could not be checked: dropped)."""
 
-    code: str
-    title: str
-    detail: str
-    args: List[str] = field(default_factory=list)
-    env: Dict[str, str] = field(default_factory=dict)
-    overlay: Dict[str, Dict[str, Any]] = field(default_factory=dict)
-    hf_overrides: Dict[str, Any] = field(default_factory=dict)
-    verified: Optional[bool] = None
-    verification: str = ""
+    def __init__(self, code: str, title: str, detail: str, args: Optional[List[str]] = None,
+                 env: Optional[Dict[str, str]] = None, overlay: Optional[Dict[str, Dict[str, Any]]] = None,
+                 hf_overrides: Optional[Dict[str, Any]] = None) -> None:
+        self.code, self.title, self.detail = code, title, detail
+        self.args: List[str] = list(args or [])
+        self.env: Dict[str, str] = dict(env or {})
+        self.overlay: Dict[str, Dict[str, Any]] = dict(overlay or {})
+        self.hf_overrides: Dict[str, Any] = dict(hf_overrides or {})
+        self.verified: Optional[bool] = None
+        self.verification = ""
 
     def to_json(self) -> Dict[str, Any]:
         data = {
@@ -42,23 +53,25 @@ class Repair:
             "env": dict(self.env),
             "verified": self.verified,
         }
+        if self.hf_overrides:
+            data["hf_overrides"] = dict(self.hf_overrides)
         if self.verification:
             data["verification"] = self.verification
         return data
 
 
-@dataclass
 class Plan:
-    card: str
-    model_dir: str
-    facts: Dict[str, Any] = field(default_factory=dict)
-    repairs: List[Repair] = field(default_factory=list)
-    findings: List[Finding] = field(default_factory=list)
-    args: List[str] = field(default_factory=list)
-    env: Dict[str, str] = field(default_factory=dict)
-    work_dir: Optional[str] = None
-    # The platform's arguments as they will be passed (a user --hf-overrides may absorb ours).
-    user_args: List[str] = field(default_factory=list)
+    def __init__(self, card: str, model_dir: str) -> None:
+        self.card = card
+        self.model_dir = model_dir
+        self.facts: Dict[str, Any] = {}
+        self.repairs: List[Repair] = []
+        self.findings: List[Finding] = []
+        self.args: List[str] = []
+        self.env: Dict[str, str] = {}
+        self.work_dir: Optional[str] = None
+        # The platform's arguments as they will be passed (a user --hf-overrides may absorb ours).
+        self.user_args: List[str] = []
 
     def add_finding(self, code: str, severity: str, message: str) -> None:
         self.findings.append(Finding(code, severity, message))

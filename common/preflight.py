@@ -1,8 +1,10 @@
 """Decide the repairs for one model on one card: the Plan both `preflight` and `launch` use."""
 
+from __future__ import annotations
+
+
 import json
 import os
-from typing import Dict, List, Mapping, Optional, Sequence
 
 from .facts import gather_facts
 from .log import say
@@ -14,6 +16,10 @@ from .rules import REGISTRY, Context
 from .verify import run_check
 from .vllm_args import UserArgs, join_args
 from .workdir import make_run_dir
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Dict, List, Mapping, Optional, Sequence
 
 TOKENIZER_OVERLAY = "tokenizer"
 

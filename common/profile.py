@@ -5,44 +5,39 @@ in the repo under profiles/ for local preflights, generated from build_matrix.to
 engine install.
 """
 
+from __future__ import annotations
+
+
 import json
 import os
-from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, Optional, Tuple
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Any, Dict, FrozenSet, Optional, Tuple
 
 PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
 IMAGE_CARD_FILE = os.path.join(PROFILE_DIR, "IMAGE_CARD")
 
 
-@dataclass(frozen=True)
 class Profile:
-    card: str
-    vllm_version: str
-    transformers_version: str
-    head_sizes: Tuple[int, ...]
-    head_size_policy: str
-    # None: the profile was made without the card's vLLM at hand (known only inside its image).
-    architectures: Optional[FrozenSet[str]]
-    tokenizer_classes: FrozenSet[str]
-    tokenizer_model_types: FrozenSet[str]
-    model_type_architectures: Dict[str, str]
-    transformers_architectures: FrozenSet[str]
+    def __init__(self, data: Dict[str, Any]) -> None:
+        engine = data["engine"]
+        self.card = str(data["card"])
+        self.vllm_version = str(data["vllm_version"])
+        self.transformers_version = str(data["transformers_version"])
+        self.head_sizes: Tuple[int, ...] = tuple(int(x) for x in data["attention"]["head_sizes"])
+        self.head_size_policy = str(data["attention"]["head_size_policy"])
+        # None: the profile was made without the card's vLLM at hand (known only inside its image).
+        self.architectures: Optional[FrozenSet[str]] = (
+            None if engine["architectures"] is None else frozenset(engine["architectures"]))
+        self.tokenizer_classes: FrozenSet[str] = frozenset(engine["tokenizer_classes"])
+        self.tokenizer_model_types: FrozenSet[str] = frozenset(engine["tokenizer_model_types"])
+        self.model_type_architectures: Dict[str, str] = dict(engine["model_type_architectures"])
+        self.transformers_architectures: FrozenSet[str] = frozenset(engine["transformers_architectures"])
 
     @classmethod
-    def from_json(cls, data: Dict[str, Any]) -> "Profile":
-        engine = data["engine"]
-        return cls(
-            card=str(data["card"]),
-            vllm_version=str(data["vllm_version"]),
-            transformers_version=str(data["transformers_version"]),
-            head_sizes=tuple(int(x) for x in data["attention"]["head_sizes"]),
-            head_size_policy=str(data["attention"]["head_size_policy"]),
-            architectures=None if engine["architectures"] is None else frozenset(engine["architectures"]),
-            tokenizer_classes=frozenset(engine["tokenizer_classes"]),
-            tokenizer_model_types=frozenset(engine["tokenizer_model_types"]),
-            model_type_architectures=dict(engine["model_type_architectures"]),
-            transformers_architectures=frozenset(engine["transformers_architectures"]),
-        )
+    def from_json(cls, data: Dict[str, Any]) -> Profile:
+        return cls(data)
 
     def knows_tokenizer_class(self, name: str) -> bool:
         """AutoTokenizer resolves `X` and `XFast` alike, so either spelling counts."""

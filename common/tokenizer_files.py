@@ -1,8 +1,13 @@
 """Which tokenizer a model ships, read from file names and tokenizer_config.json only."""
 
-from typing import Any, Dict, List, Optional, Tuple
+from __future__ import annotations
+
 
 from .modeldir import ModelDir
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 # (kind, files that must all be usable), first match wins: the engine's transformers prefers
 # tokenizer.json over every slow format.

@@ -1,20 +1,26 @@
 """Run a verification script under the engine's Python with a time limit."""
 
+from __future__ import annotations
+
+
 import json
 import os
-import subprocess
 import sys
-from dataclasses import dataclass
-from typing import List, Mapping, Optional
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import List, Mapping, Optional
 
 CHECKS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checks")
 DEFAULT_TIMEOUT_S = 60.0
 
 
-@dataclass(frozen=True)
 class Verdict:
-    ok: Optional[bool]  # None: could not be checked here (no engine transformers, no Python)
-    reason: str
+    __slots__ = ("ok", "reason")
+
+    def __init__(self, ok: Optional[bool], reason: str) -> None:
+        self.ok = ok  # None: could not be checked here (no engine transformers, no Python)
+        self.reason = reason
 
 
 def engine_python(env: Mapping[str, str]) -> str:
@@ -23,6 +29,8 @@ def engine_python(env: Mapping[str, str]) -> str:
 
 
 def run_check(script: str, args: List[str], env: Mapping[str, str]) -> Verdict:
+    import subprocess  # only when a repair needs checking: the clean path never pays for it
+
     try:
         timeout = float(env.get("COMPAT_VERIFY_TIMEOUT", DEFAULT_TIMEOUT_S))
     except ValueError:

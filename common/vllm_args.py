@@ -5,8 +5,14 @@ of theirs absorbs ours with their keys taking precedence. vLLM accepts `--flag v
 `--flag=value` and underscores for dashes; all three spellings count as given.
 """
 
+from __future__ import annotations
+
+
 import json
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 
 def _flag_name(arg: str) -> Optional[str]:

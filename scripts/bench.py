@@ -7,6 +7,10 @@ preflight_size_ratio_100gib_vs_empty   preflight of a model with 100 GiB of spar
                                        (goal <= 1.1)
 preflight_read_bytes_delta_100gib      bytes the preflight read with the shards present minus without
                                        (goal 0: weights are never opened)
+launch_clean_vs_python_startup         `common launch` on a clean model until it execs vLLM (here `true`)
+                                       / `python -c pass`: what a container start pays
+
+The runtime package is byte-compiled first, as the image build does.
 """
 
 import json
@@ -75,6 +79,7 @@ def read_bytes(model: Path, env: Dict[str, str]) -> int:
 
 def main() -> int:
     py = sys.executable
+    subprocess.run([py, "-m", "compileall", "-q", str(ROOT / "common")], check=True)
     with tempfile.TemporaryDirectory() as tmp:
         small = clean_model(Path(tmp) / "clean")
         big = clean_model(Path(tmp) / "clean-100gib", SHARDS)
@@ -89,6 +94,8 @@ def main() -> int:
             "import_transformers": lambda: timed([py, "-c", "import transformers"], env),
             "preflight": preflight(small),
             "preflight_100gib": preflight(big),
+            "launch": lambda: timed([py, "-m", "common", "launch", "--", "--port", "8000"],
+                                    dict(env, MODEL_DIR=str(small), COMPAT_CARD="nv-a100", COMPAT_VLLM="true")),
         })
         delta = read_bytes(big, env) - read_bytes(small, env)
     print(f"python_startup_ms: {m['python'] * 1000:.1f}")
@@ -97,6 +104,7 @@ def main() -> int:
     print(f"preflight_vs_import_transformers: {m['preflight'] / m['import_transformers']:.2f}")
     print(f"preflight_size_ratio_100gib_vs_empty: {m['preflight_100gib'] / m['preflight']:.2f}")
     print(f"preflight_read_bytes_delta_100gib: {delta}")
+    print(f"launch_clean_vs_python_startup: {m['launch'] / m['python']:.2f}")
     return 0
 
 

@@ -1,9 +1,14 @@
 """The rule registry: one line per rule, in the order their repairs are applied."""
 
-from typing import Tuple
+from __future__ import annotations
+
 
 from . import r3_extra_special_tokens, r3b_tokenizer_class
 from .base import Context, Outcome, Rule
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Tuple
 
 REGISTRY: Tuple[Rule, ...] = (
     r3_extra_special_tokens.RULE,

@@ -1,27 +1,31 @@
 """What every rule module provides, and what it is handed."""
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Tuple
+from __future__ import annotations
+
+
 
 from ..modeldir import ModelDir
 from ..plan import Finding, Repair
 from ..profile import Profile
 from ..vllm_args import UserArgs
 
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-@dataclass
+
 class Context:
-    model: ModelDir
-    profile: Profile
-    facts: Dict[str, Any]
-    user: UserArgs
-    env: Mapping[str, str]
+    """What a rule may look at: the model, the card's engine profile, the facts, the user's args."""
+
+    def __init__(self, model: ModelDir, profile: Profile, facts: Dict[str, Any], user: UserArgs,
+                 env: Mapping[str, str]) -> None:
+        self.model, self.profile, self.facts, self.user, self.env = model, profile, facts, user, env
 
 
-@dataclass
 class Outcome:
-    repairs: List[Repair] = field(default_factory=list)
-    findings: List[Finding] = field(default_factory=list)
+    def __init__(self, repairs: Optional[List[Repair]] = None, findings: Optional[List[Finding]] = None) -> None:
+        self.repairs: List[Repair] = list(repairs or [])
+        self.findings: List[Finding] = list(findings or [])
 
 
 class Rule:

@@ -8,12 +8,17 @@ kept only if the overlay loads with the same special-token and probe-text ids. A
 no tokenizer_config.json at all gets one when the engine could not otherwise pick a class.
 """
 
-from typing import Dict
+from __future__ import annotations
+
 
 from ..plan import Repair
 from ..tokenizer_files import tokenizer_config
 from .base import Context, Outcome, Rule
 from .tokenizer_guard import tokenizer_hands_off
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Dict
 
 # The class of the engine's transformers that reads each kind of tokenizer files.
 FALLBACK_CLASS: Dict[str, str] = {

@@ -1,9 +1,14 @@
 """When the tokenizer rules (R3, R3b) must keep their hands off."""
 
-from typing import Optional
+from __future__ import annotations
+
 
 from ..tokenizer_files import remote_code_tokenizer
 from .base import Context
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Optional
 
 
 def tokenizer_hands_off(ctx: Context) -> Optional[str]:
