@@ -38,6 +38,7 @@ test-fast: venv author-env tf455-env
 
 bench: venv
 	@$(PY) scripts/bench.py
+	@$(PY) scripts/bench_moe.py
 
 profiles: venv engine-env tf455-env
 	$(PY) -m compat_build.profiles

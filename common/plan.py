@@ -41,6 +41,8 @@ class Repair:
         self.env: Dict[str, str] = dict(env or {})
         self.overlay: Dict[str, Dict[str, Any]] = dict(overlay or {})
         self.hf_overrides: Dict[str, Any] = dict(hf_overrides or {})
+        # Path-like variables to extend: the value goes in front of what the environment has.
+        self.path_prepend: Dict[str, str] = {}
         self.verified: Optional[bool] = None
         self.verification = ""
 
@@ -50,7 +52,7 @@ class Repair:
             "title": self.title,
             "detail": self.detail,
             "args": list(self.args),
-            "env": dict(self.env),
+            "env": dict(self.env, **self.path_prepend),
             "verified": self.verified,
         }
         if self.hf_overrides:

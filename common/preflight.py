@@ -111,6 +111,9 @@ def _assemble(plan: Plan, user: UserArgs, env: Mapping[str, str]) -> None:
         if repair.args and not _contains(args, repair.args):
             args.extend(repair.args)
         overrides.update(repair.hf_overrides)
+        for key, value in repair.path_prepend.items():
+            current = plan.env.get(key, env.get(key, ""))
+            plan.env[key] = value + (os.pathsep + current if current else "")
         for key, value in repair.env.items():
             if key in env:
                 say(f"{repair.code}: {key} is already set to {env[key]!r}; left as given")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from . import r3_extra_special_tokens, r3b_tokenizer_class
+from . import r3_extra_special_tokens, r3b_tokenizer_class, r7_vendor_module_shim
 from .base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 REGISTRY: Tuple[Rule, ...] = (
     r3_extra_special_tokens.RULE,
     r3b_tokenizer_class.RULE,
+    r7_vendor_module_shim.RULE,
 )
 
 

@@ -1,0 +1,83 @@
+"""R7: a vendor module the image's vLLM imports is missing from the image.
+
+The BI-100 vLLM fork's mixtral.py runs `from ixformer.contrib.vllm.layers import
+mixtral_decoder_layer_forward`, and some ixformer builds ship without that module: every Mixtral
+model then dies with `ModuleNotFoundError: No module named 'ixformer.contrib.vllm.layers'`. When
+the engine's model file really imports the module and the module is really absent, the image puts
+a pure-PyTorch shim (common/shims) first on PYTHONPATH; the shim extends the real ixformer rather
+than hiding it. The check reads files only: neither torch nor the vendor package is imported.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+
+from ..plan import Repair
+from .base import Context, Outcome, Rule
+
+SHIM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shims")
+
+# vendor module -> (architectures whose engine model file imports it, that file under vllm/)
+SHIMMED_MODULES = {
+    "ixformer.contrib.vllm.layers": (("MixtralForCausalLM",), "model_executor/models/mixtral.py"),
+}
+
+
+def _package_dir(name: str) -> str | None:
+    """Directory of a top-level package on this interpreter's path, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def module_present(dotted: str) -> bool:
+    """Whether `dotted` exists as a file or package under its top-level package (no import)."""
+    top, *rest = dotted.split(".")
+    base = _package_dir(top)
+    if base is None:
+        return False
+    path = os.path.join(base, *rest)
+    return os.path.isfile(path + ".py") or os.path.isfile(os.path.join(path, "__init__.py")) or any(
+        os.path.isfile(path + suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES)
+
+
+def engine_imports(model_file: str, dotted: str) -> bool:
+    vllm_dir = _package_dir("vllm")
+    if vllm_dir is None:
+        return False
+    try:
+        with open(os.path.join(vllm_dir, model_file), encoding="utf-8", errors="replace") as fh:
+            return dotted in fh.read()
+    except OSError:
+        return False
+
+
+class VendorModuleShim(Rule):
+    code = "R7"
+    title = "vendor module missing from the image"
+    doc = __doc__.split("\n\n", 1)[1].strip()
+    fix = "prepend the pure-PyTorch shim directory to PYTHONPATH, only when the real module is absent"
+    log_signatures = (r"No module named '?ixformer\.contrib\.vllm\.layers'?",)
+
+    def check(self, ctx: Context) -> Outcome:
+        architectures = ctx.facts.get("architectures") or []
+        outcome = Outcome()
+        for dotted, (users, model_file) in SHIMMED_MODULES.items():
+            if not set(architectures) & set(users):
+                continue
+            if not engine_imports(model_file, dotted) or module_present(dotted):
+                continue
+            repair = Repair(self.code, self.title,
+                            f"{dotted} is imported by vllm/{model_file} but absent; using the pure-PyTorch shim")
+            repair.path_prepend = {"PYTHONPATH": SHIM_DIR}
+            outcome.repairs.append(repair)
+        return outcome
+
+
+RULE = VendorModuleShim()
