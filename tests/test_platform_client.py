@@ -1,0 +1,111 @@
+"""The platform client against a real HTTP server on 127.0.0.1 with scripted faults."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from compat_build.platform_client import PlatformClient, PlatformError
+
+TOKEN = "s3cr3t-token-value"
+
+
+@pytest.fixture
+def platform():
+    """A server answering from a script: each entry is (status, body) or 'hang' (sleeps past timeout)."""
+    state = {"script": [], "requests": []}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _answer(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            state["requests"].append((self.command, self.path, self.headers.get("Authorization"),
+                                      self.rfile.read(length) if length else b""))
+            step = state["script"].pop(0) if state["script"] else (200, {"code": 0, "data": True})
+            if step == "hang":
+                threading.Event().wait(1.0)
+                step = (200, {"code": 0, "data": True})
+            status, body = step
+            raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        do_GET = do_POST = _answer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state["client"] = PlatformClient(f"http://127.0.0.1:{server.server_address[1]}", token=TOKEN, timeout=0.3,
+                                     retries=2, backoff=0.01)
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+def test_validate_sends_query_and_accepts_true(platform):
+    platform["client"].validate("Iluvatar_bi-100", "text-generation")
+    method, path, auth, _ = platform["requests"][0]
+    assert method == "GET" and path == "/adminApi/image-verify/validate?gpuType=Iluvatar_bi-100&taskType=text-generation"
+    assert auth == f"Bearer {TOKEN}"
+
+
+def test_register_posts_every_field(platform):
+    platform["script"] = [(200, {"code": 0, "data": {"id": 7}})]
+    data = platform["client"].register(framework="vllm_compat", gpu_type="hygon_k100-ai", image_url="r/x:v1",
+                                       task_type="text-generation", create_by="ci", repo_url="https://git/x", tag="v1")
+    assert data == {"id": 7}
+    body = json.loads(platform["requests"][0][3])
+    assert body == {"framework": "vllm_compat", "gpuType": "hygon_k100-ai", "imageUrl": "r/x:v1",
+                    "taskType": "text-generation", "createBy": "ci", "repoUrl": "https://git/x", "tag": "v1"}
+
+
+def test_5xx_and_timeouts_are_retried(platform):
+    platform["script"] = [(500, {"code": 1}), "hang", (200, {"code": 0, "data": True})]
+    platform["client"].validate("g", "t")
+    assert len(platform["requests"]) == 3
+
+
+def test_gives_up_after_retries_with_advice(platform):
+    platform["script"] = [(502, b"bad gateway")] * 3
+    with pytest.raises(PlatformError, match="failed 3 times .*HTTP 502.*try again later"):
+        platform["client"].validate("g", "t")
+
+
+@pytest.mark.parametrize("status, hint", [(401, "API token"), (404, "request values")])
+def test_4xx_is_not_retried_and_never_shows_the_token(platform, status, hint):
+    platform["script"] = [(status, {"code": status})]
+    with pytest.raises(PlatformError) as err:
+        platform["client"].register(framework="f", gpu_type="g", image_url="i", task_type="t", create_by="c",
+                                    repo_url="r", tag="v")
+    assert len(platform["requests"]) == 1 and hint in str(err.value) and TOKEN not in str(err.value)
+
+
+@pytest.mark.parametrize("body, needle", [
+    (b"<html>oops</html>", "non-JSON"),
+    ({"code": 3, "msg": "gpuType unknown"}, "code 3: gpuType unknown"),
+    ({"code": 0, "data": False}, "does not accept gpuType='g'"),
+])
+def test_bad_answers(platform, body, needle):
+    platform["script"] = [(200, body)]
+    with pytest.raises(PlatformError, match=needle.replace("(", r"\(")) as err:
+        platform["client"].validate("g", "t")
+    assert TOKEN not in str(err.value)
+
+
+def test_connection_refused_is_retried_then_explained():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    sleeps = []
+    client = PlatformClient(f"http://127.0.0.1:{port}", retries=2, backoff=0.5, sleep=sleeps.append)
+    with pytest.raises(PlatformError, match="failed 3 times"):
+        client.validate("g", "t")
+    assert sleeps == [0.5, 1.0]  # exponential backoff between the three tries
