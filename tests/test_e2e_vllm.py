@@ -56,16 +56,21 @@ def test_vanilla_vllm_fails_on_transformers5_tokenizer(models, server):
     assert "ValueError: Tokenizer class TokenizersBackend does not exist or is not currently imported." in srv.log()
 
 
+def serve_through_launcher(server, model: Path, work: Path):
+    """Start the image's launcher on `model` and wait; returns (server, port, report.json)."""
+    port = free_port()
+    env = engine_env({"MODEL_DIR": str(model), "COMPAT_CARD": "nv-a100", "COMPAT_WORK_DIR": str(work)})
+    srv = server(launcher_argv(port), env, "launcher")
+    assert srv.wait_ready(), srv.log()[-3000:]
+    [report_path] = work.glob("run-*/report.json")
+    return srv, port, json.loads(report_path.read_text())
+
+
 @pytest.mark.parametrize("variant, codes", [("v5-generic", ["R3", "R3b"]), ("v5-qwen2", ["R3"])])
 def test_launcher_serves_transformers5_model_with_authors_ids(models, server, tmp_path, variant, codes):
     model = models(variant)
     author = json.loads(Path(str(model) + ".author.json").read_text())
-    port = free_port()
-    env = engine_env({"MODEL_DIR": str(model), "COMPAT_CARD": "nv-a100", "COMPAT_WORK_DIR": str(tmp_path / "work")})
-    srv = server(launcher_argv(port), env, "launcher")
-    assert srv.wait_ready(), srv.log()[-3000:]
-    [report_path] = (tmp_path / "work").glob("run-*/report.json")
-    report = json.loads(report_path.read_text())
+    srv, _, report = serve_through_launcher(server, model, tmp_path / "work")
     assert [r["code"] for r in report["repairs"]] == codes and all(r["verified"] for r in report["repairs"])
     assert f"'tokenizer': '{report['args'][1]}'" in srv.log()  # vLLM really got the overlay
     chat_and_complete(srv, model)
@@ -76,12 +81,7 @@ def test_launcher_serves_transformers5_model_with_authors_ids(models, server, tm
 
 def test_clean_model_gets_zero_args_and_serves(models, server, tmp_path):
     model = models("457-generic")
-    port = free_port()
-    env = engine_env({"MODEL_DIR": str(model), "COMPAT_CARD": "nv-a100", "COMPAT_WORK_DIR": str(tmp_path / "work")})
-    srv = server(launcher_argv(port), env, "clean")
-    assert srv.wait_ready(), srv.log()[-3000:]
-    [report_path] = (tmp_path / "work").glob("run-*/report.json")
-    report = json.loads(report_path.read_text())
+    srv, port, report = serve_through_launcher(server, model, tmp_path / "work")
     assert report["args"] == [] and report["env"] == {} and report["repairs"] == []
     assert f"[compat] exec vllm serve {model} --max-model-len 256 --port {port} --host 127.0.0.1" in srv.log()
     chat_and_complete(srv, model)
