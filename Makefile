@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CARD   ?= nv-a100
 
-.PHONY: help venv author-env engine-env tf455-env envs demo test test-fast bench profiles profiles-check lint clean
+.PHONY: help venv author-env engine-env tf455-env upstream-src envs demo test test-fast bench profiles profiles-check lint clean
 
 help:
 	@echo "make demo        build an example broken model and show what the $(CARD) image would do"
@@ -25,7 +25,9 @@ engine-env:
 	@scripts/make-venv.sh engine .venv-engine $(PYTHON)
 tf455-env:
 	@scripts/make-venv.sh tf455 .venv-tf455 $(PYTHON)
-envs: venv author-env engine-env tf455-env
+upstream-src: venv
+	@$(PY) scripts/fetch_upstream.py
+envs: venv author-env engine-env tf455-env upstream-src
 
 demo: venv author-env
 	@$(PY) scripts/demo.py --card $(CARD)
@@ -33,17 +35,17 @@ demo: venv author-env
 test: envs
 	$(PY) -m pytest
 
-test-fast: venv author-env tf455-env
+test-fast: venv author-env tf455-env upstream-src
 	$(PY) -m pytest -m "not e2e"
 
 bench: venv
 	@$(PY) scripts/bench.py
 	@$(PY) scripts/bench_moe.py
 
-profiles: venv engine-env tf455-env
+profiles: venv engine-env tf455-env upstream-src
 	$(PY) -m compat_build.profiles
 
-profiles-check: venv engine-env tf455-env
+profiles-check: venv engine-env tf455-env upstream-src
 	$(PY) -m compat_build.profiles --check
 
 lint: venv

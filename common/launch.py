@@ -57,7 +57,7 @@ def launch(user_args: List[str], env: Mapping[str, str]) -> NoReturn:
         previous = signal.signal(signal.SIGALRM, _on_alarm)
         signal.alarm(_timeout(env))
         try:
-            build_plan(model_dir, card, user_args, env, plan=plan)
+            build_plan(model_dir, card, user_args, env, plan=plan, patch_engine=True)
         except PreflightTimeout:
             say(f"preflight ran past COMPAT_TIMEOUT={_timeout(env)}s; starting vLLM with the repairs completed so far")
         except BaseException as exc:  # noqa: B902 - red line: nothing blocks the start

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional
+    from typing import Any, Callable, Dict, List, Optional, Tuple
 
 SEVERITIES = ("info", "warning", "error")
 
@@ -43,6 +43,10 @@ class Repair:
         self.hf_overrides: Dict[str, Any] = dict(hf_overrides or {})
         # Path-like variables to extend: the value goes in front of what the environment has.
         self.path_prepend: Dict[str, str] = {}
+        # A file this repair writes into the run's work dir, passed as `flag PATH`: (flag, name, text).
+        self.work_file: Optional[Tuple[str, str, str]] = None
+        # An edit of the engine's own source at start: (dotted module, transform for common.patching).
+        self.engine_patch: Optional[Tuple[str, Callable[[str], str]]] = None
         self.verified: Optional[bool] = None
         self.verification = ""
 

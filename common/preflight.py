@@ -10,7 +10,7 @@ from .facts import gather_facts
 from .log import say
 from .modeldir import ModelDir
 from .overlay import build_overlay
-from .plan import Plan
+from .plan import Plan, Repair
 from .profile import load_profile
 from .rules import REGISTRY, Context
 from .verify import run_check
@@ -25,9 +25,10 @@ TOKENIZER_OVERLAY = "tokenizer"
 
 
 def build_plan(model_dir: str, card: str, user_args: Sequence[str], env: Mapping[str, str],
-               verify: bool = True, plan: Optional[Plan] = None) -> Plan:
+               verify: bool = True, plan: Optional[Plan] = None, patch_engine: bool = False) -> Plan:
     """Fill `plan` (a fresh one if None) step by step, so a caller interrupted midway (timeout)
-    still holds what was decided so far. Raises nothing for bad input: that becomes findings."""
+    still holds what was decided so far. Raises nothing for bad input: that becomes findings.
+    `patch_engine`: apply engine source patches (launch only); otherwise they are checked, not written."""
     plan = plan if plan is not None else Plan(card=card, model_dir=os.path.abspath(model_dir))
     plan.user_args = list(user_args)
     model = ModelDir(model_dir)
@@ -45,7 +46,11 @@ def build_plan(model_dir: str, card: str, user_args: Sequence[str], env: Mapping
     plan.facts = gather_facts(model)
     user = UserArgs(user_args)
     ctx = Context(model=model, profile=profile, facts=plan.facts, user=user, env=env)
+    skipped = _skipped_codes(env)
     for rule in REGISTRY:
+        if rule.code in skipped:
+            say(f"{rule.code}: skipped (COMPAT_SKIP)")
+            continue
         try:
             outcome = rule.check(ctx)
         except Exception as exc:  # a rule bug must not cost the other repairs
@@ -62,6 +67,11 @@ def build_plan(model_dir: str, card: str, user_args: Sequence[str], env: Mapping
     for finding in plan.findings:
         say(f"{finding.code} {finding.severity}: {finding.message}")
     plan.work_dir = make_run_dir(env, model.path)
+    for repair in plan.repairs:
+        if repair.work_file is not None:
+            _write_work_file(plan, repair)
+        if repair.engine_patch is not None:
+            _patch_engine(plan, repair, patch_engine)
     _materialize_overlays(plan, model, env, verify)
     _assemble(plan, user, env)
     _write_report(plan)
@@ -71,7 +81,7 @@ def build_plan(model_dir: str, card: str, user_args: Sequence[str], env: Mapping
 def _materialize_overlays(plan: Plan, model: ModelDir, env: Mapping[str, str], verify: bool) -> None:
     overlay_repairs = [r for r in plan.repairs if r.overlay]
     for repair in plan.repairs:
-        if not repair.overlay:
+        if not repair.overlay and repair.verified is None and not repair.verification:
             repair.verified = True  # nothing beyond its own arguments to check
     if not overlay_repairs:
         return
@@ -99,6 +109,50 @@ def _materialize_overlays(plan: Plan, model: ModelDir, env: Mapping[str, str], v
         message = f"{codes} dropped: verification {state}: {reason}"
         plan.add_finding(overlay_repairs[0].code, "error" if ok is False else "warning", message)
         say(message)
+
+
+def _skipped_codes(env: Mapping[str, str]) -> set:
+    """COMPAT_SKIP=R2,H1: rules an operator turned off for this start (an escape hatch short of
+    COMPAT_DISABLE, which turns off everything)."""
+    return {code.strip().upper() for code in env.get("COMPAT_SKIP", "").split(",") if code.strip()}
+
+
+def _write_work_file(plan: Plan, repair: Repair) -> None:
+    flag, name, text = repair.work_file
+    path = os.path.join(plan.work_dir, name)
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        repair.verified, repair.verification = False, f"{path} could not be written ({exc.strerror})"
+        plan.add_finding(repair.code, "error", f"{repair.code} dropped: {repair.verification}")
+        say(f"{repair.code} dropped: {repair.verification}")
+        return
+    repair.args = [flag, path] + repair.args
+
+
+def _patch_engine(plan: Plan, repair: Repair, write: bool) -> None:
+    """Apply (launch) or dry-run (preflight) an edit of the engine's source; a missing file or
+    anchor drops the repair with a finding that names them."""
+    from .patching import PatchError, module_file, patch_file
+
+    module, transform = repair.engine_patch
+    try:
+        path = module_file(module)
+        if write:
+            result = patch_file(path, transform)
+            repair.verification = f"{path}: {result.status}"
+        else:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+            changed = transform(text) != text
+            repair.verification = f"{path}: anchor found; launch {'patches it' if changed else 'finds it already patched'}"
+        repair.verified = True
+        say(f"{repair.code} {repair.title}: {repair.detail} ({repair.verification})")
+    except (PatchError, OSError, UnicodeDecodeError, SyntaxError) as exc:
+        repair.verified, repair.verification = False, str(exc)
+        plan.add_finding(repair.code, "error", f"{repair.code} not applied: {exc}")
+        say(f"{repair.code} not applied: {exc}")
 
 
 def _assemble(plan: Plan, user: UserArgs, env: Mapping[str, str]) -> None:

@@ -34,6 +34,9 @@ class Profile:
         self.tokenizer_model_types: FrozenSet[str] = frozenset(engine["tokenizer_model_types"])
         self.model_type_architectures: Dict[str, str] = dict(engine["model_type_architectures"])
         self.transformers_architectures: FrozenSet[str] = frozenset(engine["transformers_architectures"])
+        # `vllm serve` flags as EngineArgs field names (hf_overrides, rope_theta, ...); None: unknown.
+        raw_args = engine.get("engine_args")
+        self.engine_args: Optional[FrozenSet[str]] = None if raw_args is None else frozenset(raw_args)
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> Profile:
@@ -44,6 +47,11 @@ class Profile:
         base = name[:-4] if name.endswith("Fast") else name
         return name in self.tokenizer_classes or base in self.tokenizer_classes or (
             base + "Fast") in self.tokenizer_classes
+
+
+    def accepts(self, field: str) -> Optional[bool]:
+        """Whether this engine's `vllm serve` has the flag of EngineArgs field `field` (None: unknown)."""
+        return None if self.engine_args is None else field in self.engine_args
 
 
 def image_card() -> Optional[str]:

@@ -3,7 +3,7 @@
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,6 +26,14 @@ CARD_KEYS = {
     "head_size_policy": str,
     "build_patches": list,
 }
+# Optional per card, with their defaults.
+CARD_OPTIONAL = {
+    # An upstream vLLM source tree (under .upstream/, `make upstream-src`) of the card's era, asked
+    # for its serve flags when snapshot_env has no build of the card's vLLM fork.
+    "vllm_source": "",
+}
+# L1/L2: compat_build/image_steps/library_patches.py; L3: the card's patched_ops/ installer.
+BUILD_PATCHES = ("L1", "L2", "L3")
 HEAD_SIZE_POLICIES = ("flex-fallback", "flash-attn-pa-env", "paged-attn-patch")
 
 
@@ -45,6 +53,7 @@ class Card:
     head_sizes: Tuple[int, ...]
     head_size_policy: str
     build_patches: Tuple[str, ...]
+    vllm_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -53,11 +62,14 @@ class Manifest:
     cards: Dict[str, Card]
 
 
-def _check_keys(where: str, table: Any, schema: Dict[str, type]) -> None:
+def _check_keys(where: str, table: Any, schema: Dict[str, type], optional: Optional[Dict[str, Any]] = None) -> None:
     if not isinstance(table, dict):
         raise ManifestError(f"{where}: must be a table")
     for key in table:
-        if key not in schema:
+        if optional and key in optional:
+            if not isinstance(table[key], type(optional[key])):
+                raise ManifestError(f"{where}: key {key!r} must be a {type(optional[key]).__name__}")
+        elif key not in schema:
             raise ManifestError(f"{where}: unknown key {key!r}")
     for key, kind in schema.items():
         if key not in table:
@@ -77,14 +89,18 @@ def parse(data: Dict[str, Any], cards_dir: str = CARDS_DIR) -> Manifest:
     cards = {}
     for name, table in raw_cards.items():
         where = f"[cards.{name}]"
-        _check_keys(where, table, CARD_KEYS)
+        _check_keys(where, table, CARD_KEYS, CARD_OPTIONAL)
         sizes = table["head_sizes"]
         if not sizes or not all(isinstance(s, int) and s > 0 for s in sizes):
             raise ManifestError(f"{where}: key 'head_sizes' must list positive integers")
+        unknown = [p for p in table["build_patches"] if p not in BUILD_PATCHES]
+        if unknown:
+            raise ManifestError(f"{where}: key 'build_patches' names unknown patches {unknown} (known: {', '.join(BUILD_PATCHES)})")
         if table["head_size_policy"] not in HEAD_SIZE_POLICIES:
             raise ManifestError(f"{where}: key 'head_size_policy' must be one of {', '.join(HEAD_SIZE_POLICIES)}")
         cards[name] = Card(name=name, head_sizes=tuple(sorted(sizes)),
                            build_patches=tuple(table["build_patches"]),
+                           **{k: table.get(k, default) for k, default in CARD_OPTIONAL.items()},
                            **{k: table[k] for k in CARD_KEYS if k not in ("head_sizes", "build_patches")})
     if os.path.isdir(cards_dir):
         for folder in sorted(os.listdir(cards_dir)):

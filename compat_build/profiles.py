@@ -18,11 +18,12 @@ PROFILE_DIR = os.path.join(manifest_mod.ROOT, "common", "profiles")
 SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "snapshot_engine.py")
 
 
-def take_snapshot(python: str) -> Dict[str, Any]:
+def take_snapshot(python: str, vllm_source: str = "") -> Dict[str, Any]:
     """Run snapshot_engine.py under `python` (an engine's interpreter) and return its JSON."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "snapshot.json")
-        subprocess.run([python, SNAPSHOT, out], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        extra = [os.path.join(manifest_mod.ROOT, vllm_source)] if vllm_source else []
+        subprocess.run([python, SNAPSHOT, out, *extra], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with open(out, encoding="utf-8") as fh:
             return json.load(fh)
 
@@ -37,6 +38,8 @@ def profile_json(card: manifest_mod.Card, snap: Dict[str, Any]) -> Dict[str, Any
         "engine": {
             # An empty list means the snapshot had no vLLM to ask: unknown, not "supports nothing".
             "architectures": snap["architectures"] or None,
+            # EngineArgs fields = `vllm serve` flags (--hf-overrides exists only from vLLM 0.6.x).
+            "engine_args": snap["engine_args"] or None,
             "tokenizer_classes": snap["tokenizer_classes"],
             "tokenizer_model_types": snap["tokenizer_model_types"],
             "model_type_architectures": snap["model_type_architectures"],
@@ -58,9 +61,10 @@ def main(argv: Any = None) -> int:
     snapshots: Dict[str, Dict[str, Any]] = {}
     for name, card in sorted(manifest.cards.items()):
         python = os.path.join(manifest_mod.ROOT, card.snapshot_env, "bin", "python")
-        if python not in snapshots:
-            snapshots[python] = take_snapshot(python)
-        snap = snapshots[python]
+        key = f"{python}|{card.vllm_source}"
+        if key not in snapshots:
+            snapshots[key] = take_snapshot(python, card.vllm_source)
+        snap = snapshots[key]
         if snap["transformers_version"] != card.transformers:
             print(f"{name}: {card.snapshot_env} has transformers {snap['transformers_version']}, manifest says {card.transformers}", file=sys.stderr)
             return 1

@@ -83,11 +83,38 @@ def transformers_tables() -> Dict[str, Any]:
     }
 
 
-def snapshot() -> Dict[str, Any]:
+def engine_args(vllm_source: str = "") -> List[str]:
+    """Field names of vLLM's EngineArgs (each is a `vllm serve --flag`), read from arg_utils.py's
+    source: the installed vLLM's, or the one under `vllm_source` (an upstream source tree of the
+    card's era when no build of its fork exists here). Empty when neither is there."""
+    import ast
+    import importlib.util
+    import os
+
+    if vllm_source:
+        path = os.path.join(vllm_source, "vllm", "engine", "arg_utils.py")
+    else:
+        spec = importlib.util.find_spec("vllm")
+        if spec is None or not spec.submodule_search_locations:
+            return []
+        path = os.path.join(list(spec.submodule_search_locations)[0], "engine", "arg_utils.py")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+    except OSError:
+        return []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "EngineArgs":
+            return sorted(n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name))
+    return []
+
+
+def snapshot(vllm_source: str = "") -> Dict[str, Any]:
     data: Dict[str, Any] = {
         "vllm_version": _version("vllm"),
         "transformers_version": _version("transformers"),
         "architectures": vllm_architectures(),
+        "engine_args": engine_args(vllm_source),
     }
     data.update(transformers_tables())
     return data
@@ -95,8 +122,8 @@ def snapshot() -> Dict[str, Any]:
 
 if __name__ == "__main__":
     # vLLM logs to stdout on import, so the JSON goes to a file named on the command line.
-    if len(sys.argv) != 2:
-        sys.exit("usage: snapshot_engine.py OUT.json")
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: snapshot_engine.py OUT.json [VLLM_SOURCE_TREE]")
     with open(sys.argv[1], "w", encoding="utf-8") as out:
-        json.dump(snapshot(), out, indent=1, sort_keys=True)
+        json.dump(snapshot(sys.argv[2] if len(sys.argv) == 3 else ""), out, indent=1, sort_keys=True)
         out.write("\n")

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 
-from . import r3_extra_special_tokens, r3b_tokenizer_class, r7_vendor_module_shim
+from . import (
+    h1_head_size,
+    r2_chat_template,
+    r3_extra_special_tokens,
+    r3b_tokenizer_class,
+    r4_architectures,
+    r5_config_format,
+    r7_vendor_module_shim,
+)
 from .base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
@@ -11,8 +19,12 @@ if TYPE_CHECKING:
     from typing import Tuple
 
 REGISTRY: Tuple[Rule, ...] = (
+    r2_chat_template.RULE,
     r3_extra_special_tokens.RULE,
     r3b_tokenizer_class.RULE,
+    r4_architectures.RULE,
+    r5_config_format.RULE,
+    h1_head_size.RULE,
     r7_vendor_module_shim.RULE,
 )
 

@@ -65,6 +65,11 @@ def run_common(args: List[str], env: Optional[Dict[str, str]] = None, timeout: f
                           capture_output=True, text=True, timeout=timeout)
 
 
+def launch(env: Dict[str, str], model: Path, args: List[str]) -> subprocess.CompletedProcess:
+    """What the entrypoint runs: `python -m common launch -- ARGS` with MODEL_DIR set."""
+    return run_common(["launch", "--", *args], dict(env, MODEL_DIR=str(model)))
+
+
 def preflight_json(model: Path, card: str = "nv-a100", vllm_args: Optional[List[str]] = None,
                    env: Optional[Dict[str, str]] = None) -> dict:
     proc = run_common(["preflight", str(model), "--card", card, "--dry-run", "--json", "--", *(vllm_args or [])], env)

@@ -8,14 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import ROOT, find_python, model_dir, run_common, tree_digest
+from .helpers import ROOT, find_python, launch, model_dir, tree_digest
 
 ENTRYPOINT = ROOT / "common" / "entrypoint.sh"
-
-
-def launch(env, model, args):
-    env = dict(env, MODEL_DIR=str(model))
-    return run_common(["launch", "--", *args], env)
 
 
 def test_clean_model_execs_vllm_with_only_the_users_args(models, env_for_tests, fake_vllm):
@@ -39,9 +34,10 @@ def test_broken_model_execs_with_repairs_before_user_args(models, env_for_tests,
     assert proc.returncode == 0, proc.stderr
     argv = called()["argv"]
     assert argv[1:3] == ["serve", str(model)]
-    assert argv[3] == "--tokenizer" and argv[5:] == ["--port", "8000"]
+    # The tokenizer overlay (R3+R3b) and the rope_theta transformers 4.57 would lose (R5).
+    assert argv[3] == "--tokenizer" and argv[5:] == ["--hf-overrides", '{"rope_theta": 1000000.0}', "--port", "8000"]
     report = json.loads((Path(argv[4]).parent / "report.json").read_text())
-    assert [r["code"] for r in report["repairs"]] == ["R3", "R3b"]
+    assert [r["code"] for r in report["repairs"]] == ["R3", "R3b", "R5"]
     assert tree_digest(model) == before
 
 
@@ -143,5 +139,7 @@ def test_runtime_package_runs_on_python_310(models, env_for_tests, tmp_path):
                            "--card", "iluvatar-bi100", "--json"], cwd=str(ROOT), env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["repairs"] == []
+    # transformers 4.57 saves `dtype`, which BI-100's transformers 4.55 does not read: only R5.
+    plan = json.loads(proc.stdout)
+    assert [r["code"] for r in plan["repairs"]] == ["R5"] and plan["args"] == ["--dtype", "bfloat16"]
     assert os.path.isdir(ROOT / "common")

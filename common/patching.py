@@ -1,0 +1,112 @@
+"""One way to change an installed library's source: locate, anchor, back up once, apply, verify.
+
+Used by the image build (library bugs, L1..) and at container start (H1's kernel head-size
+list). A patch is a function from the file's text to the new text; it raises AnchorMissing when
+the code it expects is not there, and returns the text unchanged when it is already applied, so
+applying twice changes nothing. The result must compile before it replaces the file; the first
+change keeps the original next to it (`<file>.enginex-orig`).
+
+Standard library only: this module is copied into images before the rest of the package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Callable, Optional
+
+BACKUP_SUFFIX = ".enginex-orig"
+
+
+class PatchError(Exception):
+    """A patch could not be applied; the message names the file and what was missing."""
+
+
+class AnchorMissing(PatchError):
+    """The code a patch expects is not in the file (another version of the library)."""
+
+
+class PatchResult:
+    __slots__ = ("path", "status", "backup")
+
+    def __init__(self, path: str, status: str, backup: Optional[str] = None) -> None:
+        self.path, self.status, self.backup = path, status, backup
+
+    def __repr__(self) -> str:
+        return f"PatchResult({self.path!r}, {self.status!r})"
+
+
+def module_file(dotted: str) -> str:
+    """The source file of module `dotted` for this interpreter, found without importing anything
+    (importing vLLM or a vendor package to find a file would run their start-up code)."""
+    top, *rest = dotted.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError) as exc:
+        raise PatchError(f"package {top!r} cannot be located ({exc})") from None
+    if spec is None:
+        raise PatchError(f"package {top!r} is not installed for this Python")
+    if not rest:
+        if spec.origin and os.path.isfile(spec.origin):
+            return spec.origin
+        raise PatchError(f"module {dotted!r} has no source file")
+    for base in spec.submodule_search_locations or ():
+        path = os.path.join(base, *rest) + ".py"
+        if os.path.isfile(path):
+            return path
+    raise PatchError(f"module {dotted!r} has no source file under {top!r}")
+
+
+def patch_file(path: str, transform: Callable[[str], str]) -> PatchResult:
+    """Apply `transform` to the file at `path`. Status: "applied" or "unchanged".
+    Raises AnchorMissing or PatchError (unreadable, unwritable, result does not compile)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PatchError(f"{path}: cannot be read ({exc})") from None
+    try:
+        new = transform(text)
+    except AnchorMissing as exc:
+        raise AnchorMissing(f"{path}: anchor missing: {exc}") from None
+    except SyntaxError as exc:
+        raise PatchError(f"{path}: not valid Python ({exc.msg}, line {exc.lineno})") from None
+    if new == text:
+        return PatchResult(path, "unchanged")
+    try:
+        compile(new, path, "exec")
+    except SyntaxError as exc:
+        raise PatchError(f"{path}: patched source does not compile ({exc.msg}, line {exc.lineno})") from None
+    backup = path + BACKUP_SUFFIX
+    tmp = f"{path}.enginex-tmp{os.getpid()}"
+    try:
+        if not os.path.exists(backup):
+            shutil.copy2(path, backup)
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(new)
+        shutil.copymode(path, tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise PatchError(f"{path}: cannot be written ({exc.strerror or exc})") from None
+    return PatchResult(path, "applied", backup)
+
+
+def function_span(text: str, name: str, cls: Optional[str] = None):
+    """(node, lines) of the first function `name` (inside class `cls` when given), or raise
+    AnchorMissing. Anchoring on the syntax tree survives reformatting and moved code."""
+    import ast  # only patches pay for it
+
+    tree = ast.parse(text)
+    scopes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls] if cls else [tree]
+    for scope in scopes:
+        for node in ast.walk(scope):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+                return node, text.splitlines(keepends=True)
+    where = f"{cls}.{name}" if cls else name
+    raise AnchorMissing(f"function {where} not found")

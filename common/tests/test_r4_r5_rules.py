@@ -1,0 +1,149 @@
+"""R4 (architectures the engine does not register) and R5 (config values the engine's
+transformers would silently lose), decided against each card's real engine profile."""
+
+import json
+
+import pytest
+
+from .helpers import launch, model_dir, preflight_json
+
+
+@pytest.fixture(autouse=True)
+def only_r4_r5(env_for_tests):
+    env_for_tests["COMPAT_SKIP"] = "R2,R3,R3b,H1,R7"
+
+
+def llama(**extra):
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+            "num_attention_heads": 4, "rope_theta": 10000.0, **extra}
+
+
+def repairs(plan, code):
+    return [r for r in plan["repairs"] if r["code"] == code]
+
+
+def findings(plan, code):
+    return [f for f in plan["findings"] if f["code"] == code]
+
+
+def overrides(plan):
+    args = plan["args"] + plan["user_args"]
+    return json.loads(args[args.index("--hf-overrides") + 1]) if "--hf-overrides" in args else None
+
+
+# ---- R4 ------------------------------------------------------------------------------------
+
+def test_registered_architecture_gets_nothing(tmp_path, env_for_tests):
+    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": llama()}), env=env_for_tests)
+    assert plan["repairs"] == [] and plan["findings"] == [] and plan["args"] == []
+
+
+def test_class_transformers_has_is_left_to_vllms_own_fallback(tmp_path, env_for_tests):
+    config = llama(architectures=["BioGptForCausalLM"], model_type="biogpt")
+    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), env=env_for_tests)
+    assert plan["args"] == [] and repairs(plan, "R4") == []
+    assert findings(plan, "R4")[0]["severity"] == "info" and "Transformers backend" in findings(plan, "R4")[0]["message"]
+
+
+def test_unknown_class_of_a_known_model_type_targets_the_canonical_class(tmp_path, env_for_tests):
+    config = llama(architectures=["TinyChatForCausalLM"])
+    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), env=env_for_tests)
+    [repair] = repairs(plan, "R4")
+    assert repair["verified"] is True and "model_type 'llama'" in repair["detail"]
+    assert overrides(plan) == {"architectures": ["LlamaForCausalLM"]}
+
+
+def test_unknown_class_and_model_type_is_a_finding_without_arguments(tmp_path, env_for_tests):
+    config = llama(architectures=["Qwen9ForCausalLM"], model_type="qwen9")
+    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), env=env_for_tests)
+    assert plan["args"] == [] and repairs(plan, "R4") == []
+    [finding] = findings(plan, "R4")
+    assert finding["severity"] == "error" and "Qwen9ForCausalLM" in finding["message"] and "newer engine" in finding["message"]
+
+
+def test_users_hf_overrides_absorb_the_architecture(tmp_path, env_for_tests, fake_vllm):
+    config = llama(architectures=["TinyChatForCausalLM"])
+    model = model_dir(tmp_path / "m", {"config.json": config})
+    user = ["--hf-overrides", '{"max_position_embeddings": 300}', "--port", "1"]
+    _, called = fake_vllm
+    assert launch(env_for_tests, model, user).returncode == 0
+    argv = called()["argv"]
+    assert argv.count("--hf-overrides") == 1
+    assert json.loads(argv[argv.index("--hf-overrides") + 1]) == {
+        "architectures": ["LlamaForCausalLM"], "max_position_embeddings": 300}
+
+
+@pytest.mark.parametrize("value", ["LlamaForCausalLM", [], [1], {"a": 1}, [""]])
+def test_malformed_architectures_is_a_finding(tmp_path, env_for_tests, value):
+    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": llama(architectures=value)}), env=env_for_tests)
+    assert plan["args"] == [] and "not a list of class names" in findings(plan, "R4")[0]["message"]
+
+
+def test_card_without_a_vllm_registry_snapshot_is_not_judged(tmp_path, env_for_tests):
+    config = llama(architectures=["TinyChatForCausalLM"])
+    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), "iluvatar-bi100", env=env_for_tests)
+    assert repairs(plan, "R4") == [] and findings(plan, "R4") == []
+
+
+# ---- R5 ------------------------------------------------------------------------------------
+
+V5_ROPE = {"rope_type": "default", "rope_theta": 1000000.0}
+
+
+def v5_config(**extra):
+    config = llama(rope_parameters=dict(V5_ROPE), dtype="bfloat16", **extra)
+    config.pop("rope_theta")
+    return config
+
+
+def test_rope_theta_inside_rope_parameters_is_restored_with_hf_overrides(tmp_path, env_for_tests):
+    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": v5_config()}), env=env_for_tests)
+    [repair] = repairs(plan, "R5")
+    assert repair["hf_overrides"] == {"rope_theta": 1000000.0} and "rope_theta=1000000.0" in repair["detail"]
+    assert overrides(plan) == {"rope_theta": 1000000.0}  # 4.57 reads `dtype`: not touched
+
+
+def test_scaled_rope_restores_rope_scaling_too(tmp_path, env_for_tests):
+    rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    config = v5_config()
+    config["rope_parameters"] = rope
+    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), env=env_for_tests)
+    assert overrides(plan) == {"rope_theta": 500000.0, "rope_scaling": {k: v for k, v in rope.items() if k != "rope_theta"}}
+
+
+def test_engine_without_hf_overrides_gets_its_own_flags(tmp_path, env_for_tests):
+    """BI-100's vLLM (0.5.5 era) has no --hf-overrides, and its transformers 4.55 ignores `dtype`."""
+    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": v5_config()}), "iluvatar-bi100", env=env_for_tests)
+    [repair] = repairs(plan, "R5")
+    assert repair["args"] == ["--rope-theta", "1000000.0", "--dtype", "bfloat16"]
+    assert "--hf-overrides" not in plan["args"]
+
+
+def test_users_values_win(tmp_path, env_for_tests):
+    model = model_dir(tmp_path / "m", {"config.json": v5_config()})
+    plan = preflight_json(model, vllm_args=["--hf-overrides={\"rope_theta\": 2.0}"], env=env_for_tests)
+    assert plan["args"] == [] and plan["user_args"] == ['--hf-overrides={"rope_theta": 2.0}']
+    plan = preflight_json(model, "iluvatar-bi100", vllm_args=["--dtype", "float16"], env=env_for_tests)
+    assert plan["args"] == ["--rope-theta", "1000000.0"]
+
+
+def test_nested_text_config_loss_is_reported(tmp_path, env_for_tests):
+    config = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
+              "text_config": {"model_type": "llama", "rope_parameters": dict(V5_ROPE)}}
+    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), env=env_for_tests)
+    assert plan["args"] == []
+    assert "text_config holds rope_theta" in findings(plan, "R5")[0]["message"]
+
+
+@pytest.mark.parametrize("rope", ["1e6", [1e6], {"rope_theta": "1e6"}, {"rope_theta": -1}, None])
+def test_malformed_rope_parameters_change_nothing(tmp_path, env_for_tests, rope):
+    config = v5_config()
+    config["rope_parameters"] = rope
+    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), env=env_for_tests)
+    assert repairs(plan, "R5") == [] and plan["args"] == []
+
+
+def test_config_saved_by_4_57_gets_nothing(models, env_for_tests):
+    plan = preflight_json(models("457-generic"), env=env_for_tests)
+    assert plan["repairs"] == [] and plan["args"] == []
