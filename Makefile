@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CARD   ?= nv-a100
 
-.PHONY: help venv author-env engine-env tf455-env upstream-src envs demo test test-fast bench profiles profiles-check lint clean
+.PHONY: help venv author-env engine-env tf455-env upstream-src envs demo test test-fast bench profiles profiles-check render build release-check lint clean
 
 help:
 	@echo "make demo        build an example broken model and show what the $(CARD) image would do"
@@ -14,7 +14,10 @@ help:
 	@echo "make test-fast   unit and integration tests without starting vLLM"
 	@echo "make bench       preflight speed figures"
 	@echo "make profiles    regenerate common/profiles/*.json from build_matrix.toml and the engine venvs"
-	@echo "make lint        ruff, vermin (runtime stays Python 3.10), shellcheck"
+	@echo "make render      build contexts of every card into build/<card>/ (and cards/*/task_info.env)"
+	@echo "make build CARD=nv-a100   build a card image with Docker (CARD=all for every card)"
+	@echo "make release-check        every step of the v* release workflow except push and register"
+	@echo "make lint        ruff, vermin (runtime stays Python 3.10), shellcheck, hadolint, actionlint"
 
 # Each venv is built once per spec hash in a cache outside the checkout (scripts/make-venv.sh).
 venv:
@@ -48,10 +51,22 @@ profiles: venv engine-env tf455-env upstream-src
 profiles-check: venv engine-env tf455-env upstream-src
 	$(PY) -m compat_build.profiles --check
 
-lint: venv
+render: venv
+	@$(PY) -m compat_build.task_info
+	@$(PY) -m compat_build.render all
+
+build: venv
+	@$(PY) -m compat_build.build $(CARD)
+
+release-check: venv
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m compat_build.release check
+
+lint: render
 	$(VENV)/bin/ruff check common compat_build tests scripts conftest.py
 	$(VENV)/bin/vermin --no-tips --violations -t=3.10- common
 	$(VENV)/bin/shellcheck -S warning common/entrypoint.sh scripts/*.sh .ci/run
+	$(VENV)/bin/hadolint --failure-threshold error build/*/Dockerfile
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/actionlint .gitea/workflows/*.yml
 
 clean:
 	rm -rf build demo .pytest_cache

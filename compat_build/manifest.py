@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MANIFEST = os.path.join(ROOT, "build_matrix.toml")
 CARDS_DIR = os.path.join(ROOT, "cards")
 
-RELEASE_KEYS = {"registry": str, "framework": str, "task_type": str, "api_base": str}
+RELEASE_KEYS = {"registry": str, "image": str, "framework": str, "task_type": str, "api_base": str}
 CARD_KEYS = {
     "base_image": str,
     "python": str,
@@ -31,6 +31,8 @@ CARD_OPTIONAL = {
     # An upstream vLLM source tree (under .upstream/, `make upstream-src`) of the card's era, asked
     # for its serve flags when snapshot_env has no build of the card's vLLM fork.
     "vllm_source": "",
+    # L3: the vendor package that receives cards/<card>/patched_ops (e.g. ixformer.functions).
+    "patched_ops_target": "",
 }
 # L1/L2: compat_build/image_steps/library_patches.py; L3: the card's patched_ops/ installer.
 BUILD_PATCHES = ("L1", "L2", "L3")
@@ -54,6 +56,7 @@ class Card:
     head_size_policy: str
     build_patches: Tuple[str, ...]
     vllm_source: str = ""
+    patched_ops_target: str = ""
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,8 @@ def parse(data: Dict[str, Any], cards_dir: str = CARDS_DIR) -> Manifest:
         unknown = [p for p in table["build_patches"] if p not in BUILD_PATCHES]
         if unknown:
             raise ManifestError(f"{where}: key 'build_patches' names unknown patches {unknown} (known: {', '.join(BUILD_PATCHES)})")
+        if "L3" in table["build_patches"] and not table.get("patched_ops_target"):
+            raise ManifestError(f"{where}: L3 needs key 'patched_ops_target' (the vendor package receiving patched_ops/)")
         if table["head_size_policy"] not in HEAD_SIZE_POLICIES:
             raise ManifestError(f"{where}: key 'head_size_policy' must be one of {', '.join(HEAD_SIZE_POLICIES)}")
         cards[name] = Card(name=name, head_sizes=tuple(sorted(sizes)),
@@ -106,6 +111,8 @@ def parse(data: Dict[str, Any], cards_dir: str = CARDS_DIR) -> Manifest:
         for folder in sorted(os.listdir(cards_dir)):
             if os.path.isdir(os.path.join(cards_dir, folder)) and folder not in cards:
                 raise ManifestError(f"cards/{folder}: card folder without a [cards.{folder}] entry in build_matrix.toml")
+    if "{card}" not in data["release"]["image"]:
+        raise ManifestError("[release]: key 'image' must contain {card} (one repository per card)")
     return Manifest(release=dict(data["release"]), cards=cards)
 
 
@@ -122,3 +129,15 @@ def load(path: str = MANIFEST, cards_dir: str = CARDS_DIR) -> Manifest:
 
 def card_names(manifest: Manifest) -> List[str]:
     return sorted(manifest.cards)
+
+
+def select_card(manifest: Manifest, name: str) -> str:
+    if name not in manifest.cards:
+        raise ManifestError(f"unknown card {name!r} (build_matrix.toml has: {', '.join(card_names(manifest))}, or all)")
+    return name
+
+
+def image_ref(manifest: Manifest, card: str, version: str) -> str:
+    """registry/repository:tag of a card's image for a release version (a v* tag, or "dev")."""
+    repository = manifest.release["image"].format(registry=manifest.release["registry"], card=card)
+    return f"{repository}:{version}"

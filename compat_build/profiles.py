@@ -13,6 +13,7 @@ import tempfile
 from typing import Any, Dict
 
 from . import manifest as manifest_mod
+from .image_steps.bake_profile import profile_json, render
 
 PROFILE_DIR = os.path.join(manifest_mod.ROOT, "common", "profiles")
 SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "snapshot_engine.py")
@@ -28,28 +29,10 @@ def take_snapshot(python: str, vllm_source: str = "") -> Dict[str, Any]:
             return json.load(fh)
 
 
-def profile_json(card: manifest_mod.Card, snap: Dict[str, Any]) -> Dict[str, Any]:
-    """The runtime profile: the manifest's view of the card plus what its engine reports."""
-    return {
-        "card": card.name,
-        "vllm_version": card.vllm,
-        "transformers_version": snap["transformers_version"],
-        "attention": {"head_sizes": list(card.head_sizes), "head_size_policy": card.head_size_policy},
-        "engine": {
-            # An empty list means the snapshot had no vLLM to ask: unknown, not "supports nothing".
-            "architectures": snap["architectures"] or None,
-            # EngineArgs fields = `vllm serve` flags (--hf-overrides exists only from vLLM 0.6.x).
-            "engine_args": snap["engine_args"] or None,
-            "tokenizer_classes": snap["tokenizer_classes"],
-            "tokenizer_model_types": snap["tokenizer_model_types"],
-            "model_type_architectures": snap["model_type_architectures"],
-            "transformers_architectures": snap["transformers_architectures"],
-        },
-    }
-
-
-def render(profile: Dict[str, Any]) -> str:
-    return json.dumps(profile, indent=1, sort_keys=True) + "\n"
+def card_json(card: manifest_mod.Card) -> Dict[str, Any]:
+    """The manifest entry as the image build step reads it (card.json in the build context)."""
+    return {"name": card.name, "vllm": card.vllm, "transformers": card.transformers,
+            "head_sizes": list(card.head_sizes), "head_size_policy": card.head_size_policy}
 
 
 def main(argv: Any = None) -> int:
@@ -68,7 +51,7 @@ def main(argv: Any = None) -> int:
         if snap["transformers_version"] != card.transformers:
             print(f"{name}: {card.snapshot_env} has transformers {snap['transformers_version']}, manifest says {card.transformers}", file=sys.stderr)
             return 1
-        text = render(profile_json(card, snap))
+        text = render(profile_json(card_json(card), snap))
         path = os.path.join(PROFILE_DIR, f"{name}.json")
         current = open(path, encoding="utf-8").read() if os.path.exists(path) else None
         if current != text:

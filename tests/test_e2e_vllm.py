@@ -1,11 +1,14 @@
 """End to end on real vLLM 0.11.0 (CPU): a transformers-5 model kills vanilla vLLM and serves
-through the launcher with the author's token ids; a clean model gets nothing and serves."""
+through the launcher with the author's token ids; a clean model gets nothing and serves; R2, R4
+and R5 each fail (or silently go wrong) on vanilla vLLM and are right through the launcher, R4 and
+R5 to the greedy token against transformers' own generate on the same weights."""
 
 import json
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.factory import author_record, build
 from tests.engine import ENGINE_BIN, Server, engine_env, free_port, launcher_argv, serve_argv_vanilla
 
 pytestmark = [
@@ -56,11 +59,11 @@ def test_vanilla_vllm_fails_on_transformers5_tokenizer(models, server):
     assert "ValueError: Tokenizer class TokenizersBackend does not exist or is not currently imported." in srv.log()
 
 
-def serve_through_launcher(server, model: Path, work: Path):
+def serve_through_launcher(server, model: Path, work: Path, extra_args=()):
     """Start the image's launcher on `model` and wait; returns (server, port, report.json)."""
     port = free_port()
     env = engine_env({"MODEL_DIR": str(model), "COMPAT_CARD": "nv-a100", "COMPAT_WORK_DIR": str(work)})
-    srv = server(launcher_argv(port), env, "launcher")
+    srv = server(launcher_argv(port) + list(extra_args), env, "launcher")
     assert srv.wait_ready(), srv.log()[-3000:]
     [report_path] = work.glob("run-*/report.json")
     return srv, port, json.loads(report_path.read_text())
@@ -85,3 +88,81 @@ def test_clean_model_gets_zero_args_and_serves(models, server, tmp_path):
     assert report["args"] == [] and report["env"] == {} and report["repairs"] == []
     assert f"[compat] exec vllm serve {model} --max-model-len 256 --port {port} --host 127.0.0.1" in srv.log()
     chat_and_complete(srv, model)
+
+
+# ---- R2, R4, R5: each proven on the real engine ---------------------------------------------
+
+GREEDY = ["--dtype", "float32"]  # the reference tokens come from transformers' own generate in float32
+
+
+@pytest.fixture(scope="module")
+def proof_models(tmp_path_factory):
+    """Tiny models with a greedy reference from their author's transformers (see build_model.py)."""
+    base = tmp_path_factory.mktemp("proof")
+    return {
+        # Saved by transformers 5 with rope_theta 1e6: only inside rope_parameters.
+        "rope": build("v5", "generic", base / "rope", "--initializer-range", "0.1", "--reference-tokens", "16"),
+        # A clean 4.57 Llama exported under a class name neither vLLM nor transformers knows.
+        "arch": build("457", "generic", base / "arch", "--initializer-range", "0.1", "--reference-tokens", "16",
+                      "--architecture", "TinyChatForCausalLM"),
+    }
+
+
+def greedy_tokens(srv: Server, model: Path, prompt, count: int):
+    status, body = srv.post("/v1/completions", {
+        "model": str(model), "prompt": prompt, "max_tokens": count, "temperature": 0, "ignore_eos": True,
+        "logprobs": 1, "return_tokens_as_token_ids": True})
+    assert status == 200, body
+    return [int(t.split(":", 1)[1]) for t in body["choices"][0]["logprobs"]["tokens"]]
+
+
+def chat(srv: Server, model: Path):
+    return srv.post("/v1/chat/completions", {"model": str(model), "max_tokens": 4, "temperature": 0,
+                                             "messages": [{"role": "user", "content": "hello"}]})
+
+
+def test_r2_chat_without_template_400_vanilla_200_through_launcher(models, server, tmp_path):
+    model = models("457-generic-notemplate")
+    port = free_port()
+    vanilla = server(serve_argv_vanilla(model, port), engine_env(), "vanilla")
+    assert vanilla.wait_ready(), vanilla.log()[-3000:]
+    status, body = chat(vanilla, model)
+    assert status == 400 and "chat template" in json.dumps(body)
+    vanilla.stop()
+    srv, _, report = serve_through_launcher(server, model, tmp_path / "work")
+    assert [r["code"] for r in report["repairs"]] == ["R2"] and report["args"][0] == "--chat-template"
+    status, body = chat(srv, model)
+    assert status == 200, body
+    assert body["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_r5_restores_rope_theta_greedy_tokens_match_transformers5(proof_models, models, server, tmp_path):
+    model = proof_models["rope"]
+    author = author_record(model)
+    n = len(author["reference_tokens"])
+    # Vanilla, with a tokenizer 4.57 can load (same vocabulary): only the config differs.
+    port = free_port()
+    argv = serve_argv_vanilla(model, port) + ["--tokenizer", str(models("457-generic"))] + GREEDY
+    vanilla = server(argv, engine_env(), "vanilla")
+    assert vanilla.wait_ready(), vanilla.log()[-3000:]
+    assert greedy_tokens(vanilla, model, author["reference_prompt"], n) != author["reference_tokens"]
+    vanilla.stop()
+    srv, _, report = serve_through_launcher(server, model, tmp_path / "work", GREEDY)
+    [r5] = [r for r in report["repairs"] if r["code"] == "R5"]
+    assert r5["hf_overrides"] == {"rope_theta": 1000000.0}
+    assert greedy_tokens(srv, model, author["reference_prompt"], n) == author["reference_tokens"]
+
+
+def test_r4_canonical_class_greedy_tokens_match_transformers(proof_models, server, tmp_path):
+    model = proof_models["arch"]
+    author = author_record(model)
+    port = free_port()
+    vanilla = server(serve_argv_vanilla(model, port) + GREEDY, engine_env(), "vanilla")
+    assert vanilla.wait_ready() is False and vanilla.wait_exit() != 0
+    assert "Model architectures ['TinyChatForCausalLM'] are not supported for now." in vanilla.log()
+    srv, _, report = serve_through_launcher(server, model, tmp_path / "work", GREEDY)
+    assert [r["code"] for r in report["repairs"]] == ["R4"]
+    assert json.loads(report["args"][report["args"].index("--hf-overrides") + 1]) == {
+        "architectures": ["LlamaForCausalLM"]}
+    got = greedy_tokens(srv, model, author["reference_prompt"], len(author["reference_tokens"]))
+    assert got == author["reference_tokens"]

@@ -1,0 +1,121 @@
+"""Build card images with the Docker SDK: `python -m compat_build.build CARD|all [--version V] [--revision R]`.
+
+Renders the card's context first (compat_build.render), builds it with the manifest's base image
+(override: --base-image or BASE_IMAGE), streams the build's progress, and tags it per the manifest
+(`[release] image` + version). Expected failures end in one sentence and exit 1, never a
+traceback: no Docker daemon, a base image that cannot be pulled, a failing step (its log shown).
+"""
+
+import argparse
+import os
+import sys
+from typing import Dict, Iterable, List, Optional
+
+from . import manifest as manifest_mod
+from .render import render_card, select
+
+BUILD_DIR = os.path.join(manifest_mod.ROOT, "build")  # make render's output, reused as the context
+LOG_TAIL = 30
+
+
+class BuildFailed(RuntimeError):
+    """One sentence for the user; the caller prints it and exits 1."""
+
+
+def docker_client():
+    """A client for the local daemon, or BuildFailed that says what to do instead."""
+    try:
+        import docker
+        from docker.errors import DockerException
+    except ImportError:
+        raise BuildFailed("the docker Python package is missing: run `make venv` first")
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+        return client
+    except DockerException as exc:
+        host = os.environ.get("DOCKER_HOST", "the default socket")
+        raise BuildFailed(f"no Docker daemon is reachable at {host} ({_first_line(exc)}); start Docker or build on a "
+                          "machine that has it (`make render` and `make lint` work without one)")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def build_card(client, card: manifest_mod.Card, tag: str, buildargs: Dict[str, str], out=sys.stdout) -> str:
+    """Build one rendered context; returns the image id. Streams progress to `out`."""
+    from docker.errors import APIError
+    from requests.exceptions import RequestException
+
+    context = render_card(card, BUILD_DIR)
+    log: List[str] = []
+    step = ""
+    try:
+        stream = client.api.build(path=context, tag=tag, buildargs=buildargs, pull=True, rm=True, forcerm=True,
+                                  decode=True)
+        image_id = None
+        for chunk in stream:
+            if "stream" in chunk:
+                text = chunk["stream"]
+                if text.startswith("Step "):
+                    step = text.strip()
+                log.append(text)
+                out.write(text)
+                out.flush()
+            elif "status" in chunk and chunk.get("status", "").startswith(("Pulling from", "Digest", "Status")):
+                out.write(f"{chunk['status']} {chunk.get('id', '')}\n")
+            if "aux" in chunk and "ID" in chunk["aux"]:
+                image_id = chunk["aux"]["ID"]
+            if "error" in chunk:
+                raise BuildFailed(_explain(card, chunk["error"], step, log))
+    except APIError as exc:
+        raise BuildFailed(_explain(card, exc.explanation or str(exc), step, log))
+    except (RequestException, ValueError) as exc:
+        raise BuildFailed(f"{card.name}: the Docker daemon's answer could not be read ({_first_line(exc)}); "
+                          f"last step: {step or 'none'}")
+    if image_id is None:
+        raise BuildFailed(f"{card.name}: the daemon ended the build without an image; log above")
+    return image_id
+
+
+def _explain(card: manifest_mod.Card, error: str, step: str, log: List[str]) -> str:
+    error = error.strip()
+    lowered = error.lower()
+    if any(s in lowered for s in ("pull access denied", "manifest unknown", "not found: manifest", "failed to resolve",
+                                  "repository does not exist", "no such host", "unauthorized")) and (
+            not step or ": FROM " in step):
+        return (f"{card.name}: the base image {card.base_image} cannot be pulled ({error}); log in to its registry "
+                "or pass --base-image")
+    tail = "".join(log[-LOG_TAIL:]).rstrip()
+    return f"{card.name}: build step failed: {step or 'before the first step'}: {error}\n--- last lines of the step's log ---\n{tail}"
+
+
+def main(argv: Optional[Iterable[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description="build card images with the Docker SDK")
+    parser.add_argument("card", help="a card of build_matrix.toml, or all")
+    parser.add_argument("--version", default=os.environ.get("VERSION", "dev"))
+    parser.add_argument("--revision", default=os.environ.get("REVISION", "unknown"))
+    parser.add_argument("--base-image", default=os.environ.get("BASE_IMAGE", ""))
+    opts = parser.parse_args(list(argv) if argv is not None else None)
+    try:
+        manifest = manifest_mod.load()
+        cards = select(manifest, opts.card)
+        client = docker_client()
+        for card in cards:
+            tag = manifest_mod.image_ref(manifest, card.name, opts.version)
+            args = {"VERSION": opts.version, "REVISION": opts.revision}
+            if opts.base_image:
+                args["BASE_IMAGE"] = opts.base_image
+            print(f"building {card.name} -> {tag}", flush=True)
+            build_card(client, card, tag, args)
+            print(f"built {tag}")
+    except (BuildFailed, manifest_mod.ManifestError) as exc:
+        print(f"build: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Bake the card's runtime profile inside the image, from the image's own engine packages.
+
+usage: python3 -m compat_build.image_steps.bake_profile CARD_JSON PROFILE_DIR
+
+CARD_JSON is the card's manifest entry (written by `make render`); the engine part comes from
+snapshot_engine run on this interpreter, so the profile describes the vLLM and transformers the
+image really has. Writes PROFILE_DIR/<card>.json and PROFILE_DIR/IMAGE_CARD; exits 1 with one
+line when the image has no transformers to ask (the build must stop there).
+"""
+
+import json
+import os
+import sys
+from typing import Any, Dict
+
+from compat_build.snapshot_engine import snapshot
+
+
+def profile_json(card: Dict[str, Any], snap: Dict[str, Any]) -> Dict[str, Any]:
+    """The runtime profile: the manifest's view of the card plus what its engine reports."""
+    return {
+        "card": card["name"],
+        "vllm_version": card["vllm"],
+        "transformers_version": snap["transformers_version"],
+        "attention": {"head_sizes": list(card["head_sizes"]), "head_size_policy": card["head_size_policy"]},
+        "engine": {
+            # An empty list means the snapshot had no vLLM to ask: unknown, not "supports nothing".
+            "architectures": snap["architectures"] or None,
+            # EngineArgs fields = `vllm serve` flags (--hf-overrides exists only from vLLM 0.6.x).
+            "engine_args": snap["engine_args"] or None,
+            "tokenizer_classes": snap["tokenizer_classes"],
+            "tokenizer_model_types": snap["tokenizer_model_types"],
+            "model_type_architectures": snap["model_type_architectures"],
+            "transformers_architectures": snap["transformers_architectures"],
+        },
+    }
+
+
+def render(profile: Dict[str, Any]) -> str:
+    return json.dumps(profile, indent=1, sort_keys=True) + "\n"
+
+
+def main(argv: list) -> int:
+    if len(argv) != 2:
+        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        return 2
+    with open(argv[0], encoding="utf-8") as fh:
+        card = json.load(fh)
+    snap = snapshot()
+    if not snap["transformers_version"]:
+        print(f"bake_profile: {sys.executable} has no transformers; the image cannot serve models", file=sys.stderr)
+        return 1
+    os.makedirs(argv[1], exist_ok=True)
+    with open(os.path.join(argv[1], f"{card['name']}.json"), "w", encoding="utf-8") as fh:
+        fh.write(render(profile_json(card, snap)))
+    with open(os.path.join(argv[1], "IMAGE_CARD"), "w", encoding="utf-8") as fh:
+        fh.write(card["name"] + "\n")
+    archs = len(snap["architectures"]) if snap["architectures"] else "unknown"
+    print(f"profile {card['name']}: vLLM architectures {archs}, transformers {snap['transformers_version']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,125 @@
+"""Render each card's complete build context into build/<card>/ from build_matrix.toml.
+
+usage: python -m compat_build.render [CARD|all] [--out DIR]
+
+build/<card>/ holds: Dockerfile (compat_build/templates/Dockerfile.j2, or cards/<card>/Dockerfile.j2
+extending it as "base/Dockerfile.j2" where a card truly differs), card.json (the card's manifest entry for the profile
+step), entrypoint.sh, steps/ (the patching helper and image steps), runtime/common/ (the runtime
+package without tests or the repo's profiles: the image bakes its own), patched_ops/ for L3.
+Rendering is deterministic: the same manifest and sources give the same bytes, file modes included.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from typing import Iterable, List, Optional
+
+from jinja2 import Environment, FileSystemLoader, PrefixLoader, StrictUndefined
+
+from . import manifest as manifest_mod
+from .image_steps.library_patches import PATCHES
+from .profiles import card_json
+
+ROOT = manifest_mod.ROOT
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+HOME = "/opt/enginex-compat"
+BUILD_DIR_DEFAULT = os.path.join(ROOT, "build")
+
+# (source under ROOT, destination under the context): what the build steps need in the image.
+STEP_FILES = (
+    ("common/__init__.py", "steps/common/__init__.py"),
+    ("common/patching.py", "steps/common/patching.py"),
+    ("compat_build/__init__.py", "steps/compat_build/__init__.py"),
+    ("compat_build/snapshot_engine.py", "steps/compat_build/snapshot_engine.py"),
+    ("compat_build/image_steps", "steps/compat_build/image_steps"),
+)
+# Never shipped in the runtime package.
+RUNTIME_EXCLUDE = ("tests", "__pycache__", "*.pyc")
+
+
+def _runtime_ignore(directory: str, names: List[str]) -> List[str]:
+    ignored = set(shutil.ignore_patterns(*RUNTIME_EXCLUDE)(directory, names))
+    if os.path.basename(directory) == "profiles":
+        ignored |= {n for n in names if n.endswith(".json") or n == "IMAGE_CARD"}
+    return sorted(ignored)
+
+
+def _steps_ignore(directory: str, names: List[str]) -> List[str]:
+    return sorted(shutil.ignore_patterns("__pycache__", "*.pyc")(directory, names))
+
+
+def _copy(src: str, dst: str, ignore=_steps_ignore) -> None:
+    if os.path.isdir(src):
+        shutil.copytree(src, dst, ignore=ignore, symlinks=False)
+    else:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(src, dst)
+
+
+def _normalize_modes(root: str) -> None:
+    """Same bytes and modes whatever the checkout's umask: files 0644, scripts and dirs 0755."""
+    for base, dirs, files in os.walk(root):
+        for d in dirs:
+            os.chmod(os.path.join(base, d), 0o755)
+        for f in files:
+            path = os.path.join(base, f)
+            os.chmod(path, 0o755 if f.endswith(".sh") else 0o644)
+
+
+def dockerfile(card: manifest_mod.Card) -> str:
+    card_dir = os.path.join(ROOT, "cards", card.name)
+    # A card that truly differs has cards/<card>/Dockerfile.j2 with {% extends "base/Dockerfile.j2" %}.
+    loader = PrefixLoader({"base": FileSystemLoader(TEMPLATES), "card": FileSystemLoader(card_dir)})
+    env = Environment(loader=loader, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                      keep_trailing_newline=True, autoescape=False)
+    name = "card/Dockerfile.j2" if os.path.isfile(os.path.join(card_dir, "Dockerfile.j2")) else "base/Dockerfile.j2"
+    library = [code for code in card.build_patches if code in PATCHES]
+    return env.get_template(name).render(card=card, home=HOME, library_patches=library)
+
+
+def render_card(card: manifest_mod.Card, out_dir: str) -> str:
+    ctx = os.path.join(out_dir, card.name)
+    if os.path.exists(ctx):
+        shutil.rmtree(ctx)
+    os.makedirs(ctx)
+    with open(os.path.join(ctx, "Dockerfile"), "w", encoding="utf-8") as fh:
+        fh.write(dockerfile(card))
+    with open(os.path.join(ctx, "card.json"), "w", encoding="utf-8") as fh:
+        json.dump(card_json(card), fh, indent=1, sort_keys=True)
+        fh.write("\n")
+    _copy(os.path.join(ROOT, "common", "entrypoint.sh"), os.path.join(ctx, "entrypoint.sh"))
+    for src, dst in STEP_FILES:
+        _copy(os.path.join(ROOT, src), os.path.join(ctx, dst))
+    _copy(os.path.join(ROOT, "common"), os.path.join(ctx, "runtime", "common"), ignore=_runtime_ignore)
+    if "L3" in card.build_patches:
+        _copy(os.path.join(ROOT, "cards", card.name, "patched_ops"), os.path.join(ctx, "patched_ops"))
+    _normalize_modes(ctx)
+    return ctx
+
+
+def select(manifest: manifest_mod.Manifest, which: str) -> List[manifest_mod.Card]:
+    if which == "all":
+        return [manifest.cards[name] for name in manifest_mod.card_names(manifest)]
+    return [manifest.cards[manifest_mod.select_card(manifest, which)]]
+
+
+def main(argv: Optional[Iterable[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description="render card build contexts into build/<card>/")
+    parser.add_argument("card", nargs="?", default="all")
+    parser.add_argument("--out", default=BUILD_DIR_DEFAULT)
+    opts = parser.parse_args(list(argv) if argv is not None else None)
+    try:
+        cards = select(manifest_mod.load(), opts.card)
+    except manifest_mod.ManifestError as exc:
+        print(f"render: {exc}", file=sys.stderr)
+        return 2
+    for card in cards:
+        print(f"rendered {os.path.relpath(render_card(card, opts.out), os.getcwd())}/")
+    return 0
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())

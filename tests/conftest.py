@@ -1,0 +1,48 @@
+"""Fixtures of the integration tests."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from compat_build.platform_client import PlatformClient
+
+TOKEN = "s3cr3t-token-value"
+
+
+@pytest.fixture
+def platform():
+    """A server answering from a script: each entry is (status, body) or 'hang' (sleeps past timeout)."""
+    state = {"script": [], "requests": []}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _answer(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            state["requests"].append((self.command, self.path, self.headers.get("Authorization"),
+                                      self.rfile.read(length) if length else b""))
+            step = state["script"].pop(0) if state["script"] else (200, {"code": 0, "data": True})
+            if step == "hang":
+                threading.Event().wait(1.0)
+                step = (200, {"code": 0, "data": True})
+            status, body = step
+            raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        do_GET = do_POST = _answer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state["client"] = PlatformClient(f"http://127.0.0.1:{server.server_address[1]}", token=TOKEN, timeout=0.3,
+                                     retries=2, backoff=0.01)
+    yield state
+    server.shutdown()
+    server.server_close()

@@ -1,0 +1,297 @@
+"""Card images: rendered build contexts, their steps run against real site-packages trees, the
+task_info files, `make build` through the real docker SDK, the release workflow, release check."""
+
+import filecmp
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from common.patching import BACKUP_SUFFIX
+from compat_build import manifest, render, task_info
+from compat_build.image_steps.library_patches import L1_MARKER
+from tests.docker_api import DockerAPI
+from tests.dockerfile_steps import HOME, run_steps
+from tests.test_library_patches import ENGINE, VENVS, shadow_package
+
+ROOT = Path(__file__).resolve().parents[1]
+CARDS = ["hygon-k100", "iluvatar-bi100", "nv-a100"]
+WORKFLOW = ROOT / ".gitea" / "workflows" / "docker-build-push.yml"
+BIN = Path(sys.executable).parent
+
+
+def rendered(tmp_path, card):
+    return Path(render.render_card(manifest.load().cards[card], str(tmp_path)))
+
+
+def tree(path: Path):
+    return {str(p.relative_to(path)): (p.read_bytes(), p.stat().st_mode) for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_rendering_is_deterministic(tmp_path):
+    for card in CARDS:
+        first, second = rendered(tmp_path / "a", card), rendered(tmp_path / "b", card)
+        assert tree(first) == tree(second)
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_rendered_context_is_complete_and_lint_clean(tmp_path, card):
+    entry = manifest.load().cards[card]
+    ctx = rendered(tmp_path, card)
+    text = (ctx / "Dockerfile").read_text()
+    assert text.startswith("# Rendered by `make render`")
+    assert f"ARG BASE_IMAGE={entry.base_image}\nFROM ${{BASE_IMAGE}}\n" in text
+    for label in ('org.opencontainers.image.version="${VERSION}"', 'org.opencontainers.image.revision="${REVISION}"',
+                  f'io.enginex.card="{card}"', f'io.enginex.vllm-version="{entry.vllm}"'):
+        assert label in text
+    assert text.rstrip().endswith(f'ENTRYPOINT ["{HOME}/entrypoint.sh"]')
+    # Rarely-changing layers first: every patch and the profile step come before the runtime package.
+    lines = text.splitlines()
+    runtime_at = lines.index(f"COPY runtime/common/ {HOME}/common/")
+    assert all(i < runtime_at for i, line in enumerate(lines) if "image_steps" in line)
+    for code in entry.build_patches:
+        assert (code in text) if code != "L3" else ("install_patched_ops" in text)
+    from compat_build.release import copy_sources_missing
+
+    assert copy_sources_missing(str(ctx)) == []
+    runtime = ctx / "runtime" / "common"
+    assert (runtime / "launch.py").is_file() and (runtime / "rules" / "r2_chat_template.py").is_file()
+    assert not (runtime / "tests").exists() and not list((runtime / "profiles").glob("*.json"))
+    assert filecmp.cmp(ctx / "entrypoint.sh", ROOT / "common" / "entrypoint.sh", shallow=False)
+    assert os.access(ctx / "entrypoint.sh", os.X_OK)
+    lint = subprocess.run([str(BIN / "hadolint"), "--failure-threshold", "error", str(ctx / "Dockerfile")],
+                          capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_a_card_template_can_override_its_steps(tmp_path, monkeypatch):
+    """A card that truly differs brings cards/<card>/Dockerfile.j2 extending the shared template."""
+    card_dir = tmp_path / "cards" / "nv-a100"
+    card_dir.mkdir(parents=True)
+    (card_dir / "Dockerfile.j2").write_text(
+        '{% extends "base/Dockerfile.j2" %}{% block card_steps %}RUN echo card-only step\n{% endblock %}')
+    monkeypatch.setattr(render, "ROOT", str(tmp_path))
+    text = render.dockerfile(manifest.load().cards["nv-a100"])
+    assert "RUN echo card-only step" in text and "FROM ${BASE_IMAGE}" in text
+
+
+def profile_of(image_root: Path, card: str):
+    home = image_root / HOME.lstrip("/")
+    return json.loads((home / "common" / "profiles" / f"{card}.json").read_text()), (
+        home / "common" / "profiles" / "IMAGE_CARD").read_text().strip()
+
+
+def assert_steps_passed(results):
+    failed = [(line, out) for line, rc, out in results if rc != 0]
+    assert not failed, failed
+
+
+def test_nv_a100_steps_on_the_real_vllm_0_11_engine(tmp_path):
+    """L2's check on the real triton_attn.py, and the profile baked from the engine itself equals
+    the committed one (which `make profiles` made from the same packages)."""
+    ctx = rendered(tmp_path / "build", "nv-a100")
+    shadow_package(ENGINE, "vllm", "v1/attention/backends/triton_attn.py", tmp_path / "site")
+    results = run_steps(ctx, tmp_path / "image", str(ENGINE / "bin" / "python"), str(tmp_path / "site"))
+    assert_steps_passed(results)
+    assert any("L2 unchanged:" in out for _, _, out in results)
+    profile, image_card = profile_of(tmp_path / "image", "nv-a100")
+    assert image_card == "nv-a100"
+    assert profile == json.loads((ROOT / "common" / "profiles" / "nv-a100.json").read_text())
+
+
+def test_hygon_steps_patch_the_real_transformers_4_57(tmp_path):
+    ctx = rendered(tmp_path / "build", "hygon-k100")
+    target = shadow_package(ENGINE, "transformers", "tokenization_utils_base.py", tmp_path / "site")
+    shadow_package(ENGINE, "vllm", "v1/attention/backends/triton_attn.py", tmp_path / "site")
+    results = run_steps(ctx, tmp_path / "image", str(ENGINE / "bin" / "python"), str(tmp_path / "site"))
+    assert_steps_passed(results)
+    assert L1_MARKER in target.read_text() and Path(str(target) + BACKUP_SUFFIX).exists()
+    profile, _ = profile_of(tmp_path / "image", "hygon-k100")
+    assert profile["engine"]["architectures"] and profile["attention"]["head_size_policy"] == "flash-attn-pa-env"
+
+
+def test_iluvatar_steps_on_transformers_4_55_and_a_vendor_tree(tmp_path):
+    ctx = rendered(tmp_path / "build", "iluvatar-bi100")
+    site = tmp_path / "site"
+    target = shadow_package(VENVS["4.55"], "transformers", "tokenization_utils_base.py", site)
+    functions = site / "ixformer" / "functions"
+    functions.mkdir(parents=True)
+    (site / "ixformer" / "__init__.py").write_text("")
+    (functions / "__init__.py").write_text("")
+    results = run_steps(ctx, tmp_path / "image", str(VENVS["4.55"] / "bin" / "python"), str(site))
+    assert_steps_passed(results)
+    assert L1_MARKER in target.read_text()
+    assert (functions / "gelu_tanh_and_mul.py").is_file()
+    assert "from .gelu_tanh_and_mul import *" in (functions / "__init__.py").read_text()
+    profile, _ = profile_of(tmp_path / "image", "iluvatar-bi100")
+    committed = json.loads((ROOT / "common" / "profiles" / "iluvatar-bi100.json").read_text())
+    assert profile["transformers_version"] == "4.55.4"
+    assert profile["engine"]["tokenizer_classes"] == committed["engine"]["tokenizer_classes"]
+    assert profile["engine"]["architectures"] is None  # no vLLM in this tree: unknown, never invented
+
+
+def test_a_failing_patch_step_stops_the_build(tmp_path):
+    """A required patch on a library without its anchor (transformers 5) fails its RUN step."""
+    ctx = rendered(tmp_path / "build", "hygon-k100")
+    shadow_package(VENVS["5"], "transformers", "tokenization_utils_base.py", tmp_path / "site")
+    results = run_steps(ctx, tmp_path / "image", str(VENVS["5"] / "bin" / "python"), str(tmp_path / "site"))
+    line, rc, out = results[-1]
+    assert rc == 1 and "apply_patches" in line and "L1 FAILED" in out and "anchor missing" in out
+
+
+def test_task_info_files_agree_with_the_manifest(tmp_path):
+    m = manifest.load()
+    for card in CARDS:
+        text = (ROOT / "cards" / card / "task_info.env").read_text()
+        assert text == task_info.task_info(m, card)
+        values = dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+        assert values == {"FRAMEWORK": "vllm_compat", "GPU_TYPE": m.cards[card].gpu_type, "TASK_TYPE": "text-generation"}
+    assert "GPU_TYPE=Iluvatar_bi-100" in (ROOT / "cards" / "iluvatar-bi100" / "task_info.env").read_text()
+    assert "GPU_TYPE=hygon_k100-ai" in (ROOT / "cards" / "hygon-k100" / "task_info.env").read_text()
+
+
+def python_module(*args, env=None):
+    env = dict(os.environ, **(env or {}))
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return subprocess.run([sys.executable, "-m", *args], cwd=str(ROOT), capture_output=True, text=True, env=env,
+                          timeout=600)
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_build_without_a_daemon_says_so_in_one_sentence():
+    result = python_module("compat_build.build", "nv-a100", env={"DOCKER_HOST": f"tcp://127.0.0.1:{closed_port()}"})
+    assert result.returncode == 1
+    assert result.stderr.startswith("build: no Docker daemon is reachable at tcp://127.0.0.1:")
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_build_unknown_card_names_the_known_ones():
+    result = python_module("compat_build.build", "mystery-x1")
+    assert result.returncode == 1 and "unknown card 'mystery-x1'" in result.stderr and "nv-a100" in result.stderr
+
+
+def build_with(chunks, *args):
+    api = DockerAPI(chunks)
+    try:
+        result = python_module("compat_build.build", *args, env={"DOCKER_HOST": api.url})
+    finally:
+        api.close()
+    return result, api.builds
+
+
+def test_build_streams_tags_and_sends_the_rendered_context():
+    chunks = [{"stream": "Step 1/12 : ARG BASE_IMAGE=x\n"}, {"stream": " ---> abc\n"},
+              {"aux": {"ID": "sha256:feed"}}, {"stream": "Successfully built feed\n"}]
+    result, builds = build_with(chunks, "iluvatar-bi100", "--version", "v1.2.3", "--revision", "abc123")
+    assert result.returncode == 0, result.stderr
+    assert "Step 1/12 : ARG BASE_IMAGE=x" in result.stdout
+    assert "built harbor.4pd.io/enginex-compat/vllm-compat-iluvatar-bi100:v1.2.3" in result.stdout
+    [build] = builds
+    assert build["query"]["t"] == "harbor.4pd.io/enginex-compat/vllm-compat-iluvatar-bi100:v1.2.3"
+    assert json.loads(build["query"]["buildargs"]) == {"VERSION": "v1.2.3", "REVISION": "abc123"}
+    assert "Dockerfile" in build["names"] and "patched_ops/gelu_tanh_and_mul.py" in build["names"]
+    assert "runtime/common/launch.py" in build["names"]
+    assert "FROM ${BASE_IMAGE}" in build["dockerfile"]
+
+
+def test_build_base_image_override():
+    result, builds = build_with([{"aux": {"ID": "sha256:1"}}], "nv-a100", "--base-image", "local/vllm:test")
+    assert result.returncode == 0 and json.loads(builds[0]["query"]["buildargs"])["BASE_IMAGE"] == "local/vllm:test"
+
+
+def test_failing_step_shows_its_log_without_a_traceback():
+    chunks = [{"stream": "Step 1/12 : ARG BASE_IMAGE=x\n"},
+              {"stream": "Step 6/12 : RUN PYTHONPATH=/opt/enginex-compat python3 -m compat_build.image_steps.apply_patches L1\n"},
+              {"stream": "L1 FAILED: transformers.tokenization_utils_base: anchor missing\n"},
+              {"error": "The command '/bin/sh -c ...' returned a non-zero code: 1"}]
+    result, _ = build_with(chunks, "hygon-k100")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "hygon-k100: build step failed: Step 6/12" in result.stderr
+    assert "L1 FAILED: transformers.tokenization_utils_base: anchor missing" in result.stderr
+
+
+def test_unpullable_base_image_is_named():
+    chunks = [{"stream": "Step 1/12 : ARG BASE_IMAGE=x\n"}, {"stream": "Step 2/12 : FROM ${BASE_IMAGE}\n"},
+              {"error": "pull access denied for harbor.4pd.io/dooke/vllm/vllm/vllm-openai, repository does not exist"}]
+    result, _ = build_with(chunks, "nv-a100")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "the base image harbor.4pd.io/dooke/vllm/vllm/vllm-openai:v0.11.0 cannot be pulled" in result.stderr
+
+
+def workflow():
+    return yaml.safe_load(WORKFLOW.read_text())
+
+
+def test_workflow_is_actionlint_clean():
+    result = subprocess.run([str(BIN / "actionlint"), str(WORKFLOW)], capture_output=True, text=True,
+                            env=dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_workflow_builds_every_card_on_v_tags_with_secrets_only():
+    flow = workflow()
+    assert flow[True]["push"]["tags"] == ["v*"]  # YAML 1.1 reads the key `on` as True
+    matrix_job, image_job = flow["jobs"]["matrix"], flow["jobs"]["image"]
+    assert "compat_build.release matrix" in json.dumps(matrix_job)
+    assert image_job["strategy"]["fail-fast"] is False
+    assert image_job["strategy"]["matrix"]["card"] == "${{ fromJSON(needs.matrix.outputs.cards) }}"
+    steps = " ".join(json.dumps(s) for s in image_job["steps"])
+    order = ["task_info.env", "release validate", "docker login", "compat_build.build", "docker push", "release register"]
+    positions = [steps.index(marker) for marker in order]
+    assert positions == sorted(positions)
+    assert "https://modelhub.org.cn" in flow["env"]["MODELHUB_API"]
+    text = WORKFLOW.read_text()
+    for name in re.findall(r"(\w*(?:TOKEN|PASSWORD|USERNAME)\w*):", text):
+        assert re.search(rf"{name}: \$\{{\{{ secrets\.{name} \}}\}}", text), name
+
+
+def test_matrix_output_lists_the_manifest_cards():
+    result = python_module("compat_build.release", "matrix")
+    assert json.loads(result.stdout) == CARDS
+
+
+def test_release_check_runs_every_local_step():
+    result = python_module("compat_build.release", "check", "--out", str(ROOT / "build" / "release-check"),
+                           env={"DOCKER_HOST": f"tcp://127.0.0.1:{closed_port()}", "MODELHUB_TOKEN": ""})
+    assert result.returncode == 0, result.stdout + result.stderr
+    for card in CARDS:
+        assert f"ok   {card}: hadolint" in result.stdout and f"ok   {card}: COPY sources exist" in result.stdout
+    assert "ok   actionlint" in result.stdout and "ok   shellcheck" in result.stdout
+    assert "skip platform validate: MODELHUB_TOKEN is not set" in result.stdout
+    assert "skip docker build: no Docker daemon" in result.stdout
+
+
+def test_release_validate_and_register_against_a_local_platform(platform):
+    """The workflow's validate and register steps, end to end against the scripted platform."""
+    from tests.conftest import TOKEN
+
+    api = platform["client"].api_base
+    env = {"MODELHUB_API": api, "MODELHUB_TOKEN": TOKEN, "GITHUB_ACTOR": "ci-bot",
+           "GITHUB_SERVER_URL": "https://git.example", "GITHUB_REPOSITORY": "team/enginex-compat"}
+    ok = python_module("compat_build.release", "validate", "hygon-k100", env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert platform["requests"][0][1] == "/adminApi/image-verify/validate?gpuType=hygon_k100-ai&taskType=text-generation"
+    ref = "harbor.4pd.io/enginex-compat/vllm-compat-hygon-k100:v1.0.0"
+    reg = python_module("compat_build.release", "register", "hygon-k100", ref, env=env)
+    assert reg.returncode == 0, reg.stderr
+    assert json.loads(platform["requests"][1][3]) == {
+        "framework": "vllm_compat", "gpuType": "hygon_k100-ai", "imageUrl": ref, "taskType": "text-generation",
+        "createBy": "ci-bot", "repoUrl": "https://git.example/team/enginex-compat", "tag": "v1.0.0"}
+    platform["script"] = [(200, {"code": 0, "data": False})]
+    refused = python_module("compat_build.release", "validate", "nv-a100", env=env)
+    assert refused.returncode == 1 and "does not accept gpuType='nvidia_a100'" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    for result in (ok, reg, refused):
+        assert TOKEN not in result.stdout + result.stderr
