@@ -44,6 +44,7 @@ test-fast: venv author-env tf455-env upstream-src
 bench: venv
 	@$(PY) scripts/bench.py
 	@$(PY) scripts/bench_moe.py
+	@$(PY) scripts/bench_triage.py
 
 profiles: venv engine-env tf455-env upstream-src
 	$(PY) -m compat_build.profiles

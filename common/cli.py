@@ -1,7 +1,11 @@
-"""python3 -m common {preflight,launch} ...
+"""python3 -m common {preflight,doctor,triage,launch} ...
 
 preflight MODEL_DIR --card CARD [--json] [--dry-run] [--no-verify] [-- VLLM_ARGS...]
     print the plan the image would apply (never execs; exit 0 whatever the model holds)
+doctor MODEL_DIR --card CARD [--json] [-- VLLM_ARGS...]
+    the plan with verification as a table; exit 0: the image starts it, 1: it fails even repaired
+triage PATH... [--card CARD] [--json]
+    map failure logs (files, folders, .gz, JSON error reports) to the rule that fixes them
 launch -- VLLM_ARGS...
     what the image's entrypoint runs: preflight, then exec `vllm serve MODEL_DIR <repairs> ARGS`
 """
@@ -39,6 +43,14 @@ def _parser():  # -> argparse.ArgumentParser; imported here, the launch path nev
     pre.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     pre.add_argument("--dry-run", action="store_true", help="compute the plan only (preflight never execs)")
     pre.add_argument("--no-verify", action="store_true", help="skip verification (repairs that need it are then dropped)")
+    doc = sub.add_parser("doctor", help="preflight with verification, as a table; exit 1 if the model will fail")
+    doc.add_argument("model_dir")
+    doc.add_argument("--card", default=None, help="card profile (default: COMPAT_CARD or the image's card)")
+    doc.add_argument("--json", action="store_true", help="the preflight JSON plus verdict and failing codes")
+    tri = sub.add_parser("triage", help="map failure logs to the rule that fixes them")
+    tri.add_argument("paths", nargs="+", metavar="PATH")
+    tri.add_argument("--card", default=None, help="the card the logs come from (default: guessed from each path)")
+    tri.add_argument("--json", action="store_true", help='print {"files": [...], "summary": {...}}')
     sub.add_parser("launch", help="preflight, then exec vllm serve (the image entrypoint)")
     return parser
 
@@ -63,6 +75,21 @@ def _print_human(plan_json: dict) -> None:
         print(f"  env {key}={value}")
 
 
+def _doctor(opts, card: str, vllm_args: List[str]) -> int:
+    from .doctor import run as doctor
+    from .profile import load_profile
+
+    if not os.path.isdir(opts.model_dir):
+        print(f"doctor: {opts.model_dir} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        load_profile(card)
+    except ValueError as exc:
+        print(f"doctor: {exc}", file=sys.stderr)
+        return 2
+    return doctor(opts.model_dir, card, vllm_args, os.environ, opts.json)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ours, vllm_args = _split(argv)
@@ -74,6 +101,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if opts.command == "launch":
         print("launch takes no options of its own; vLLM arguments go after --", file=sys.stderr)
         return 2
+    if opts.command == "triage":
+        from .triage import run as triage
+
+        return triage(opts.paths, opts.card, opts.json)
     from .plan import Plan
     from .preflight import build_plan
     from .profile import image_card
@@ -82,6 +113,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not card:
         print("preflight: no card given; pass --card (nv-a100, hygon-k100, iluvatar-bi100) or set COMPAT_CARD", file=sys.stderr)
         return 2
+    if opts.command == "doctor":
+        return _doctor(opts, card, vllm_args)
     # The decision log goes to stderr, so in --json mode stdout carries exactly one object.
     plan = Plan(card=card, model_dir=os.path.abspath(opts.model_dir))
     try:

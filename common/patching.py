@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -81,6 +80,8 @@ def patch_file(path: str, transform: Callable[[str], str]) -> PatchResult:
         compile(new, path, "exec")
     except SyntaxError as exc:
         raise PatchError(f"{path}: patched source does not compile ({exc.msg}, line {exc.lineno})") from None
+    import shutil  # only a start that patches pays for it
+
     backup = path + BACKUP_SUFFIX
     tmp = f"{path}.enginex-tmp{os.getpid()}"
     try:

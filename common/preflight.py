@@ -162,6 +162,8 @@ def _assemble(plan: Plan, user: UserArgs, env: Mapping[str, str]) -> None:
     for repair in plan.repairs:
         if repair.verified is not True:
             continue
+        if not repair.overlay and repair.engine_patch is None:  # the others were logged when checked
+            say(f"{repair.code} {repair.title}: {repair.detail}")
         if repair.args and not _contains(args, repair.args):
             args.extend(repair.args)
         overrides.update(repair.hf_overrides)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from common.triage import triage_file
 from tests.fixtures.factory import author_record, build
 from tests.engine import ENGINE_BIN, Server, engine_env, free_port, launcher_argv, serve_argv_vanilla
 
@@ -50,13 +51,23 @@ def served_ids(srv: Server, model: Path, text: str):
     return body["tokens"]
 
 
-def test_vanilla_vllm_fails_on_transformers5_tokenizer(models, server):
-    model = models("v5-generic")
+def triaged(path: Path) -> str:
+    """The code `triage` gives a log the engine really wrote."""
+    return triage_file(str(path)).code
+
+
+@pytest.mark.parametrize("variant, line, code", [
+    ("v5-generic", "ValueError: Tokenizer class TokenizersBackend does not exist or is not currently imported.", "R3b"),
+    ("v5-qwen2", "AttributeError: 'list' object has no attribute 'keys'", "R3"),
+])
+def test_vanilla_vllm_fails_on_transformers5_tokenizer(models, server, variant, line, code):
+    model = models(variant)
     port = free_port()
     srv = server(serve_argv_vanilla(model, port), engine_env(), "vanilla")
     assert srv.wait_ready() is False
     assert srv.wait_exit() != 0
-    assert "ValueError: Tokenizer class TokenizersBackend does not exist or is not currently imported." in srv.log()
+    assert line in srv.log()
+    assert triaged(srv.log_path) == code
 
 
 def serve_through_launcher(server, model: Path, work: Path, extra_args=()):
@@ -66,10 +77,12 @@ def serve_through_launcher(server, model: Path, work: Path, extra_args=()):
     srv = server(launcher_argv(port) + list(extra_args), env, "launcher")
     assert srv.wait_ready(), srv.log()[-3000:]
     [report_path] = work.glob("run-*/report.json")
+    assert triaged(srv.log_path) == "unknown"  # a healthy start is claimed by no rule
     return srv, port, json.loads(report_path.read_text())
 
 
-@pytest.mark.parametrize("variant, codes", [("v5-generic", ["R3", "R3b"]), ("v5-qwen2", ["R3"])])
+# R5 too: transformers 5 keeps rope_theta only inside rope_parameters.
+@pytest.mark.parametrize("variant, codes", [("v5-generic", ["R3", "R3b", "R5"]), ("v5-qwen2", ["R3", "R5"])])
 def test_launcher_serves_transformers5_model_with_authors_ids(models, server, tmp_path, variant, codes):
     model = models(variant)
     author = json.loads(Path(str(model) + ".author.json").read_text())
@@ -128,6 +141,9 @@ def test_r2_chat_without_template_400_vanilla_200_through_launcher(models, serve
     assert vanilla.wait_ready(), vanilla.log()[-3000:]
     status, body = chat(vanilla, model)
     assert status == 400 and "chat template" in json.dumps(body)
+    report = tmp_path / "error_report_raw.json"  # what the platform keeps of a failed chat probe
+    report.write_text(json.dumps({"request": "/v1/chat/completions", "status": status, "response": body}))
+    assert triaged(report) == "R2"
     vanilla.stop()
     srv, _, report = serve_through_launcher(server, model, tmp_path / "work")
     assert [r["code"] for r in report["repairs"]] == ["R2"] and report["args"][0] == "--chat-template"
@@ -147,6 +163,7 @@ def test_r5_restores_rope_theta_greedy_tokens_match_transformers5(proof_models, 
     assert vanilla.wait_ready(), vanilla.log()[-3000:]
     assert greedy_tokens(vanilla, model, author["reference_prompt"], n) != author["reference_tokens"]
     vanilla.stop()
+    assert triaged(vanilla.log_path) == "unknown"  # wrong tokens, and nothing in the log says so
     srv, _, report = serve_through_launcher(server, model, tmp_path / "work", GREEDY)
     [r5] = [r for r in report["repairs"] if r["code"] == "R5"]
     assert r5["hf_overrides"] == {"rope_theta": 1000000.0}
@@ -160,9 +177,23 @@ def test_r4_canonical_class_greedy_tokens_match_transformers(proof_models, serve
     vanilla = server(serve_argv_vanilla(model, port) + GREEDY, engine_env(), "vanilla")
     assert vanilla.wait_ready() is False and vanilla.wait_exit() != 0
     assert "Model architectures ['TinyChatForCausalLM'] are not supported for now." in vanilla.log()
+    assert triaged(vanilla.log_path) == "R4"
     srv, _, report = serve_through_launcher(server, model, tmp_path / "work", GREEDY)
     assert [r["code"] for r in report["repairs"]] == ["R4"]
     assert json.loads(report["args"][report["args"].index("--hf-overrides") + 1]) == {
         "architectures": ["LlamaForCausalLM"]}
     got = greedy_tokens(srv, model, author["reference_prompt"], len(author["reference_tokens"]))
     assert got == author["reference_tokens"]
+
+
+def test_kv_cache_larger_than_memory_is_triaged_as_oom(models, server):
+    """An honest class: the engine itself says the KV cache does not fit (no repair fixes that)."""
+    model = models("457-generic")
+    port = free_port()
+    argv = serve_argv_vanilla(model, port)
+    argv[argv.index("--max-model-len") + 1] = "2000000"
+    srv = server(argv, engine_env({"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}), "vanilla")
+    assert srv.wait_ready() is False and srv.wait_exit() != 0
+    assert "larger than the available KV cache memory" in srv.log()
+    verdict = triage_file(str(srv.log_path))
+    assert verdict.code == "OOM" and "max-model-len" in verdict.fix

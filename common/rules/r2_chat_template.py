@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 NON_CHAT_TASKS = ("embed", "embedding", "classify", "score", "reward")
 TEMPLATE_FILE = "chat_template.jinja"
 # Attribute walks that only a sandbox escape needs (e.g. ''.__class__.__mro__[1].__subclasses__()).
-ESCAPE_PATTERN = re.compile(r"__(?:class|mro|subclasses|globals|builtins|import|init|base|bases|code|dict)__")
+ESCAPE_PATTERN = r"__(?:class|mro|subclasses|globals|builtins|import|init|base|bases|code|dict)__"
 
 
 def _token_text(value: Any) -> Optional[str]:
@@ -131,10 +131,11 @@ class ChatTemplate(Rule):
                 t.get("template", "") for t in raw if isinstance(t, dict) and isinstance(t.get("template"), str))
         else:
             text, _ = ctx.model.read_text(source)
-        if text and ESCAPE_PATTERN.search(text):
+        escape = re.search(ESCAPE_PATTERN, text) if text and "__" in text else None
+        if escape:
             outcome.findings.append(self.finding(
                 "error", f"the chat template in {source} reaches for Python internals "
-                         f"({ESCAPE_PATTERN.search(text).group(0)}); vLLM's sandbox will refuse it"))
+                         f"({escape.group(0)}); vLLM's sandbox will refuse it"))
 
 
 RULE = ChatTemplate()

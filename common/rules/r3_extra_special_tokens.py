@@ -17,10 +17,7 @@ class ExtraSpecialTokensList(Rule):
     title = "extra_special_tokens is a list (transformers 5 format)"
     doc = __doc__.split("\n\n", 1)[1].strip()
     fix = "overlay tokenizer_config.json with the list moved to additional_special_tokens, passed with --tokenizer"
-    log_signatures = (
-        r"AttributeError: 'list' object has no attribute 'keys'",
-        r"_set_model_specific_special_tokens",
-    )
+    log_signatures = (r"AttributeError: 'list' object has no attribute 'keys'",)
 
     def check(self, ctx: Context) -> Outcome:
         config = tokenizer_config(ctx.model)

@@ -28,9 +28,7 @@ class Architectures(Rule):
     fix = "--hf-overrides architectures -> the model_type's canonical class (or a proven alias); else a newer engine"
     log_signatures = (
         r"Model architectures \[[^\]]*\] are not supported for now",
-        r"is not a registered model in the Transformers library",
-        r"Cannot find model module\.",
-        r"Model architectures \[[^\]]*\] failed to be inspected",
+        r"\S+ is not a registered model in the Transformers library",
     )
 
     def check(self, ctx: Context) -> Outcome:

@@ -147,3 +147,15 @@ def test_malformed_rope_parameters_change_nothing(tmp_path, env_for_tests, rope)
 def test_config_saved_by_4_57_gets_nothing(models, env_for_tests):
     plan = preflight_json(models("457-generic"), env=env_for_tests)
     assert plan["repairs"] == [] and plan["args"] == []
+
+
+def test_a_proven_alias_wins_over_the_canonical_class(tmp_path, monkeypatch, env_for_tests):
+    """The alias table is empty until a test proves an entry; the path that reads it works."""
+    from common.preflight import build_plan
+    from common.rules import r4_architectures
+
+    monkeypatch.setattr(r4_architectures, "ALIASES", {"TinyChatForCausalLM": "MistralForCausalLM"})
+    model = model_dir(tmp_path / "m", {"config.json": llama(architectures=["TinyChatForCausalLM"])})
+    plan = build_plan(str(model), "nv-a100", [], dict(env_for_tests, COMPAT_WORK_DIR=str(tmp_path / "w")), verify=False)
+    [repair] = [r for r in plan.repairs if r.code == "R4"]
+    assert repair.hf_overrides == {"architectures": ["MistralForCausalLM"]} and "proven alias" in repair.detail

@@ -1,0 +1,275 @@
+"""triage: from failure logs to the rule that fixes them.
+
+Each file (plain text, .gz, or a JSON error report) gets one code: a rule (R2, R3, R3b, R4, H1,
+R7), a build patch (L*), an honest class for what no repair fixes (OOM, DEVICE, GGUF, NETWORK,
+REMOTE_CODE), or `unknown`, with the evidence line and the fix. Signatures come from the rule
+modules themselves (one registry for repairs and triage) and from triage_classes.
+
+Logs can be gigabytes: they are read in blocks, never whole. Each signature has a literal anchor
+(its longest plain substring); a block is searched for the anchors with bytes.find, and a
+signature's regular expression runs only on the lines that hold its anchor. Invalid UTF-8 is
+replaced, never fatal.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import zlib
+
+from .log import say
+from .rules import REGISTRY
+from .triage_classes import BUILD_PATCHES, CARD_ALIASES, ENGINE_LIMITS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, Iterable, Iterator, List, Optional, Tuple
+
+BLOCK = 4 << 20
+JSON_REPORT_CAP = 64 << 20  # a JSON report larger than this is scanned as text
+EVIDENCE_CHARS = 300
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Regex syntax that ends a literal run; `\` followed by one of these letters is a class, not a literal.
+_META = set(".^$*+?{}[]|()")
+_CLASS_ESCAPES = set("dDsSwWbBAZ")
+
+
+class Signature:
+    __slots__ = ("code", "title", "fix", "regex", "anchor")
+
+    def __init__(self, code: str, title: str, fix: str, pattern: str) -> None:
+        self.code, self.title, self.fix = code, title, fix
+        self.regex = re.compile(pattern.encode())
+        self.anchor = literal_anchor(pattern).encode()
+
+
+def literal_anchor(pattern: str) -> str:
+    """The longest run of plain characters outside groups and classes in `pattern`: every match
+    contains it. Patterns with a top-level `|` have no such run and are refused."""
+    best, run, depth, i = "", "", 0, 0
+    in_class = False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            if depth or in_class or nxt in _CLASS_ESCAPES or nxt.isdigit():
+                best, run = max(best, run, key=len), ""
+            else:
+                run += nxt
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+            best, run = max(best, run, key=len), ""
+        elif ch == "(":
+            depth += 1
+            best, run = max(best, run, key=len), ""
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            raise ValueError(f"signature {pattern!r}: split it into one pattern per alternative")
+        elif ch in _META:
+            if ch in "*?{" and run:  # the quantified character is optional: not part of the run
+                run = run[:-1]
+            best, run = max(best, run, key=len), ""
+        elif depth == 0:
+            run += ch
+        i += 1
+    best = max(best, run, key=len)
+    if len(best) < 3:
+        raise ValueError(f"signature {pattern!r} has no literal anchor of 3 characters or more")
+    return best
+
+
+def signatures() -> List[Signature]:
+    out = []
+    for rule in REGISTRY:
+        for pattern in rule.log_signatures:
+            out.append(Signature(rule.code, rule.title, rule.fix, pattern))
+    for code, title, fix, patterns in BUILD_PATCHES + ENGINE_LIMITS:
+        for pattern in patterns:
+            out.append(Signature(code, title, fix, pattern))
+    return out
+
+
+class Verdict:
+    __slots__ = ("path", "code", "title", "evidence", "fix", "card", "problem")
+
+    def __init__(self, path: str, card: Optional[str]) -> None:
+        self.path, self.card = path, card
+        self.code, self.title, self.evidence, self.fix = "unknown", "", "", ""
+        self.problem: Optional[str] = None
+
+    def to_json(self) -> Dict[str, Optional[str]]:
+        data = {"path": self.path, "code": self.code, "evidence": self.evidence, "fix": self.fix, "card": self.card}
+        if self.problem:
+            data["problem"] = self.problem
+        return data
+
+
+def _blocks(path: str) -> Iterator[bytes]:
+    """The file's bytes in blocks that end on a line boundary (.gz decompressed on the fly)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as fh:
+        rest = b""
+        while True:
+            data = fh.read(BLOCK)
+            if not data:
+                if rest:
+                    yield rest
+                return
+            data = rest + data
+            cut = data.rfind(b"\n")
+            if cut == -1:
+                rest = data
+                continue
+            yield data[:cut + 1]
+            rest = data[cut + 1:]
+
+
+def _json_report_text(path: str) -> Optional[bytes]:
+    """All strings of a JSON error report, one per line (a log embedded in a field keeps its lines)."""
+    if os.path.getsize(path) > JSON_REPORT_CAP:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            data = json.loads(fh.read().decode("utf-8", errors="replace"))
+    except ValueError:
+        return None
+    parts: List[str] = []
+
+    def walk(value) -> None:
+        if isinstance(value, str):
+            parts.append(value)
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(data)
+    return "\n".join(parts).encode("utf-8", errors="replace") + b"\n"
+
+
+def _line_at(block: bytes, pos: int) -> bytes:
+    start = block.rfind(b"\n", 0, pos) + 1
+    end = block.find(b"\n", pos)
+    return block[start:end if end != -1 else len(block)]
+
+
+def scan(blocks: Iterable[bytes], sigs: List[Signature]) -> Optional[Tuple[Signature, str]]:
+    """The winning signature (earliest in `sigs` that matches anywhere) and its last matching line."""
+    found: Dict[int, bytes] = {}
+    for block in blocks:
+        for index, sig in enumerate(sigs):
+            pos = block.find(sig.anchor)
+            while pos != -1:
+                line = _line_at(block, pos)
+                if sig.regex.search(line):
+                    found[index] = line
+                end = block.find(b"\n", pos)
+                pos = block.find(sig.anchor, end + 1) if end != -1 else -1
+    if not found:
+        return None
+    index = min(found)
+    text = ANSI.sub("", found[index].decode("utf-8", errors="replace")).strip()
+    return sigs[index], text[:EVIDENCE_CHARS]
+
+
+def card_from_path(path: str) -> Optional[str]:
+    lowered = path.lower()
+    for card, aliases in CARD_ALIASES.items():
+        if any(alias in lowered for alias in aliases):
+            return card
+    return None
+
+
+def triage_file(path: str, card: Optional[str] = None, sigs: Optional[List[Signature]] = None) -> Verdict:
+    verdict = Verdict(path, card or card_from_path(path))
+    sigs = sigs if sigs is not None else signatures()
+    try:
+        report = _json_report_text(path) if path.endswith(".json") else None
+        result = scan([report] if report is not None else _blocks(path), sigs)
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        verdict.problem = f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
+        say(f"triage: {path}: {verdict.problem}")
+        return verdict
+    if result is not None:
+        sig, evidence = result
+        verdict.code, verdict.title, verdict.evidence, verdict.fix = sig.code, sig.title, evidence, sig.fix
+    return verdict
+
+
+def expand(paths: Iterable[str]) -> Iterator[Tuple[str, Optional[str]]]:
+    """(file, problem) for every file under `paths`; directories are walked, symlinked ones not."""
+    for path in paths:
+        if os.path.isdir(path):
+            def onerror(exc: OSError) -> None:
+                say(f"triage: {exc.filename}: cannot be listed ({exc.strerror})")
+
+            for root, dirs, files in os.walk(path, onerror=onerror):
+                dirs.sort()
+                for name in sorted(files):
+                    full = os.path.join(root, name)
+                    if os.path.isfile(full):
+                        yield full, None
+        elif os.path.isfile(path):
+            yield path, None
+        else:
+            yield path, "no such file or directory"
+
+
+def summarize(verdicts: List[Verdict]) -> Dict:
+    by_code: Dict[str, int] = {}
+    by_card: Dict[str, Dict[str, int]] = {}
+    for v in verdicts:
+        by_code[v.code] = by_code.get(v.code, 0) + 1
+        card = by_card.setdefault(v.card or "unknown", {})
+        card[v.code] = card.get(v.code, 0) + 1
+    return {"files": len(verdicts), "by_code": dict(sorted(by_code.items())),
+            "by_card": {k: dict(sorted(v.items())) for k, v in sorted(by_card.items())}}
+
+
+def markdown(verdicts: List[Verdict], summary: Dict) -> str:
+    def cell(text: str) -> str:
+        return (text or "").replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| file | card | code | evidence | fix |", "|---|---|---|---|---|"]
+    for v in verdicts:
+        evidence = v.evidence or (v.problem or "")
+        lines.append(f"| {cell(v.path)} | {v.card or ''} | {v.code} | {cell(evidence)} | {cell(v.fix)} |")
+    lines += ["", "| code | files |", "|---|---|"]
+    lines += [f"| {code} | {n} |" for code, n in summary["by_code"].items()]
+    lines += ["", "| card | " + " | ".join(summary["by_code"]) + " |", "|---|" + "---|" * len(summary["by_code"])]
+    for card, counts in summary["by_card"].items():
+        lines.append(f"| {card} | " + " | ".join(str(counts.get(c, 0)) for c in summary["by_code"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run(paths: List[str], card: Optional[str], as_json: bool) -> int:
+    sigs = signatures()
+    verdicts = []
+    for path, problem in expand(paths):
+        if problem:
+            verdict = Verdict(path, card or card_from_path(path))
+            verdict.problem = problem
+            say(f"triage: {path}: {problem}")
+        else:
+            try:
+                verdict = triage_file(path, card, sigs)
+            except Exception as exc:  # one odd file must not cost the report on the others
+                verdict = Verdict(path, card or card_from_path(path))
+                verdict.problem = f"not triaged ({type(exc).__name__}: {exc})"
+                say(f"triage: {path}: {verdict.problem}")
+        verdicts.append(verdict)
+    summary = summarize(verdicts)
+    if as_json:
+        print(json.dumps({"files": [v.to_json() for v in verdicts], "summary": summary}, indent=2, ensure_ascii=False))
+    else:
+        print(markdown(verdicts, summary), end="")
+    return 0
