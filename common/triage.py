@@ -6,9 +6,9 @@ REMOTE_CODE), or `unknown`, with the evidence line and the fix. Signatures come 
 modules themselves (one registry for repairs and triage) and from triage_classes.
 
 Logs can be gigabytes: they are read in blocks, never whole. Each signature has a literal anchor
-(its longest plain substring); a block is searched for the anchors with bytes.find, and a
-signature's regular expression runs only on the lines that hold its anchor. Invalid UTF-8 is
-replaced, never fatal.
+(its longest plain substring), and anchors that share a short key are searched together: a block
+is searched for each key with bytes.find, and a signature's regular expression runs only on the
+lines that hold its anchor. Invalid UTF-8 is replaced, never fatal.
 """
 
 from __future__ import annotations
@@ -36,13 +36,19 @@ _META = set(".^$*+?{}[]|()")
 _CLASS_ESCAPES = set("dDsSwWbBAZ")
 
 
+# Short substrings that several anchors share: a block is searched once per key, not once per
+# signature (the search is the cost; the regexes only run on the few lines that hold a key).
+SHARED_KEYS = (b"rror", b"emory", b"supported", b"ixformer", b"template", b"onnect", b"CUDA")
+
+
 class Signature:
-    __slots__ = ("code", "title", "fix", "regex", "anchor")
+    __slots__ = ("code", "title", "fix", "regex", "anchor", "key")
 
     def __init__(self, code: str, title: str, fix: str, pattern: str) -> None:
         self.code, self.title, self.fix = code, title, fix
         self.regex = re.compile(pattern.encode())
         self.anchor = literal_anchor(pattern).encode()
+        self.key = next((k for k in SHARED_KEYS if k in self.anchor), self.anchor)
 
 
 def literal_anchor(pattern: str) -> str:
@@ -164,16 +170,20 @@ def _line_at(block: bytes, pos: int) -> bytes:
 
 def scan(blocks: Iterable[bytes], sigs: List[Signature]) -> Optional[Tuple[Signature, str]]:
     """The winning signature (earliest in `sigs` that matches anywhere) and its last matching line."""
+    groups: Dict[bytes, List[Tuple[int, Signature]]] = {}
+    for index, sig in enumerate(sigs):
+        groups.setdefault(sig.key, []).append((index, sig))
     found: Dict[int, bytes] = {}
     for block in blocks:
-        for index, sig in enumerate(sigs):
-            pos = block.find(sig.anchor)
+        for key, members in groups.items():
+            pos = block.find(key)
             while pos != -1:
                 line = _line_at(block, pos)
-                if sig.regex.search(line):
-                    found[index] = line
+                for index, sig in members:
+                    if sig.anchor in line and sig.regex.search(line):
+                        found[index] = line
                 end = block.find(b"\n", pos)
-                pos = block.find(sig.anchor, end + 1) if end != -1 else -1
+                pos = block.find(key, end + 1) if end != -1 else -1
     if not found:
         return None
     index = min(found)

@@ -94,8 +94,7 @@ def check(out_dir: str) -> int:
 
     manifest = manifest_mod.load()
     step("build_matrix.toml", True, f"{len(manifest.cards)} cards")
-    stale = [c for c in manifest.cards if open(task_info.path_for(c), encoding="utf-8").read()
-             != task_info.task_info(manifest, c)] if all(os.path.exists(task_info.path_for(c)) for c in manifest.cards) else list(manifest.cards)
+    stale = task_info.stale_cards(manifest)
     step("task_info.env agree with the manifest", not stale, ", ".join(stale) + " stale: run `make render`" if stale else "")
     hadolint = _tool("hadolint")
     for name in manifest_mod.card_names(manifest):

@@ -155,6 +155,18 @@ def test_task_info_files_agree_with_the_manifest(tmp_path):
     assert "GPU_TYPE=hygon_k100-ai" in (ROOT / "cards" / "hygon-k100" / "task_info.env").read_text()
 
 
+def test_task_info_disagreement_is_caught(tmp_path):
+    m = manifest.load()
+    for card in CARDS:
+        (tmp_path / card).mkdir()
+        (tmp_path / card / "task_info.env").write_text(task_info.task_info(m, card))
+    assert task_info.stale_cards(m, str(tmp_path)) == []
+    edited = (tmp_path / "nv-a100" / "task_info.env")
+    edited.write_text(edited.read_text().replace("GPU_TYPE=nvidia_a100", "GPU_TYPE=A100"))
+    (tmp_path / "hygon-k100" / "task_info.env").unlink()
+    assert task_info.stale_cards(m, str(tmp_path)) == ["hygon-k100", "nv-a100"]
+
+
 def python_module(*args, env=None):
     env = dict(os.environ, **(env or {}))
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"

@@ -35,6 +35,10 @@ def test_manifest_loads_all_three_cards():
     (lambda d: d["cards"]["nv-a100"].update(head_sizes=[0]), "[cards.nv-a100]: key 'head_sizes'"),
     (lambda d: d["cards"]["nv-a100"].update(gpu_type=""), "[cards.nv-a100]: key 'gpu_type' must be a non-empty str"),
     (lambda d: d["release"].pop("framework"), "[release]: missing key 'framework'"),
+    (lambda d: d["release"].update(image="{registry}/compat"), "[release]: key 'image' must contain {card}"),
+    (lambda d: d["cards"]["nv-a100"].update(build_patches=["L9"]), "[cards.nv-a100]: key 'build_patches' names unknown"),
+    (lambda d: d["cards"]["iluvatar-bi100"].pop("patched_ops_target"), "[cards.iluvatar-bi100]: L3 needs key 'patched_ops_target'"),
+    (lambda d: d["cards"]["nv-a100"].update(vllm_source=3), "[cards.nv-a100]: key 'vllm_source' must be a str"),
 ])
 def test_manifest_errors_name_card_and_key(mutate, message):
     data = copy.deepcopy(raw())
