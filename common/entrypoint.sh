@@ -4,18 +4,19 @@
 # exactly as the platform asked: a preflight problem must never keep a model from starting.
 # The launcher is exec'd, not called: once it has exec'd vLLM, vLLM's exit is the container's.
 # Whether it can start at all is checked first, since after an exec there is no fallback.
+# Nothing is exported: vLLM inherits this environment, and a clean model must reach it unchanged
+# (bootstrap.py finds the package without PYTHONPATH; the launcher has the same defaults).
 set -u
 
 MODEL_DIR=${MODEL_DIR:-/model}
 COMPAT_HOME=${COMPAT_HOME:-/opt/enginex-compat}
 COMPAT_PYTHON=${COMPAT_PYTHON:-python3}
 COMPAT_VLLM=${COMPAT_VLLM:-vllm}
-export MODEL_DIR COMPAT_VLLM
+BOOTSTRAP="$COMPAT_HOME/common/bootstrap.py"
 
 if [ "${COMPAT_DISABLE:-0}" != "1" ]; then
-    export PYTHONPATH="$COMPAT_HOME${PYTHONPATH:+:$PYTHONPATH}"
-    if "$COMPAT_PYTHON" -c "import common.launch" 2>/dev/null; then
-        exec "$COMPAT_PYTHON" -m common launch -- "$@"
+    if "$COMPAT_PYTHON" "$BOOTSTRAP" check 2>/dev/null; then
+        exec "$COMPAT_PYTHON" "$BOOTSTRAP" launch -- "$@"
     fi
     echo "[compat] preflight could not run ($COMPAT_PYTHON cannot import the compat package); starting vLLM without repairs" >&2
 else

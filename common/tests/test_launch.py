@@ -106,6 +106,22 @@ def test_entrypoint_runs_the_launcher(models, env_for_tests, fake_vllm):
     assert called()["argv"][-2:] == ["--port", "9"]
 
 
+def test_entrypoint_leaves_a_clean_models_environment_as_given(models, env_for_tests, fake_vllm):
+    """Red line 3 through the real entrypoint: vLLM gets the platform's environment, no PYTHONPATH
+    of ours, no variable the entrypoint made up."""
+    _, called = fake_vllm
+    env = dict(env_for_tests, MODEL_DIR=str(models("457-generic")))
+    env.pop("PYTHONPATH", None)
+    proc = _entrypoint(env, "--port", "9")
+    assert proc.returncode == 0, proc.stderr
+    got = called()
+    assert got["argv"][1:] == ["serve", str(models("457-generic")), "--port", "9"]
+    given = dict(env, COMPAT_HOME=str(ROOT), COMPAT_PYTHON=sys.executable)
+    shell = {"PWD", "OLDPWD", "_", "SHLVL"}  # what bash itself maintains
+    assert {k for k in got["env"] if k not in given} <= shell
+    assert {k: v for k, v in got["env"].items() if k not in shell} == {k: v for k, v in given.items() if k not in shell}
+
+
 @pytest.mark.parametrize("python", ["false", "/nonexistent/python3"])
 def test_entrypoint_execs_vllm_when_python_fails(models, env_for_tests, fake_vllm, python):
     _, called = fake_vllm
