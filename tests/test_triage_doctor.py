@@ -139,8 +139,12 @@ def test_bad_input_is_reported_per_file_never_fatal(corpus, tmp_path):
 
 def test_unreadable_directory_is_logged(tmp_path, monkeypatch, capsys):
     """A directory that cannot be listed (chmod 000 for a non-root user) is a log line, not a crash."""
-    from common import triage
+    import io
 
+    from common import log, triage
+
+    logged = io.StringIO()
+    monkeypatch.setattr(log, "_stream", logged)
     real_scandir = os.scandir
 
     def scandir(path):
@@ -153,7 +157,7 @@ def test_unreadable_directory_is_logged(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(os, "scandir", scandir)
     assert triage.run([str(tmp_path)], None, as_json=True) == 0
     out = capsys.readouterr()
-    assert "locked: cannot be listed (Permission denied)" in out.err
+    assert "locked: cannot be listed (Permission denied)" in logged.getvalue()
     assert [f["code"] for f in json.loads(out.out)["files"]] == ["DEVICE"]
 
 
