@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from ..attention_backends import forced_backend_accepts
 from ..headsize import detect_head_size
-from ..patching import AnchorMissing, function_span
 from ..plan import Repair
 from .base import Context, Outcome, Rule
 
@@ -31,6 +30,8 @@ def add_paged_attn_head_size(size: int) -> Callable[[str], str]:
 
     def transform(text: str) -> str:
         import ast
+
+        from ..patching import AnchorMissing, function_span  # only a start that patches pays for it
 
         node, lines = function_span(text, "get_supported_head_sizes", cls="PagedAttention")
         body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
