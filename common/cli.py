@@ -32,26 +32,46 @@ def _split(argv: List[str]) -> Tuple[List[str], List[str]]:
     return argv, []
 
 
-def _parser():  # -> argparse.ArgumentParser; imported here, the launch path never needs it
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python3 -m common", description="enginex-compat preflight and launcher")
-    sub = parser.add_subparsers(dest="command", required=True)
-    pre = sub.add_parser("preflight", help="print the plan the image would apply to a model")
+def _preflight_args(pre) -> None:
     pre.add_argument("model_dir")
     pre.add_argument("--card", default=None, help="card profile (default: COMPAT_CARD or the image's card)")
     pre.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     pre.add_argument("--dry-run", action="store_true", help="compute the plan only (preflight never execs)")
     pre.add_argument("--no-verify", action="store_true", help="skip verification (repairs that need it are then dropped)")
-    doc = sub.add_parser("doctor", help="preflight with verification, as a table; exit 1 if the model will fail")
+
+
+def _doctor_args(doc) -> None:
     doc.add_argument("model_dir")
     doc.add_argument("--card", default=None, help="card profile (default: COMPAT_CARD or the image's card)")
     doc.add_argument("--json", action="store_true", help="the preflight JSON plus verdict and failing codes")
-    tri = sub.add_parser("triage", help="map failure logs to the rule that fixes them")
+
+
+def _triage_args(tri) -> None:
     tri.add_argument("paths", nargs="+", metavar="PATH")
     tri.add_argument("--card", default=None, help="the card the logs come from (default: guessed from each path)")
     tri.add_argument("--json", action="store_true", help='print {"files": [...], "summary": {...}}')
-    sub.add_parser("launch", help="preflight, then exec vllm serve (the image entrypoint)")
+
+
+COMMANDS = {
+    "preflight": ("print the plan the image would apply to a model", _preflight_args),
+    "doctor": ("preflight with verification, as a table; exit 1 if the model will fail", _doctor_args),
+    "triage": ("map failure logs to the rule that fixes them", _triage_args),
+    "launch": ("preflight, then exec vllm serve (the image entrypoint)", None),
+}
+
+
+def _parser(command: Optional[str] = None):  # -> argparse.ArgumentParser; the launch path never needs it
+    """The parser of one known command (argparse costs milliseconds per argument), or of all."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python3 -m common", description="enginex-compat preflight and launcher")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_text, add_args) in COMMANDS.items():
+        if command in COMMANDS and name != command:
+            continue
+        cmd = sub.add_parser(name, help=help_text)
+        if add_args is not None:
+            add_args(cmd)
     return parser
 
 
@@ -97,7 +117,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .launch import launch
 
         launch(vllm_args, os.environ)
-    opts = _parser().parse_args(ours)
+    opts = _parser(ours[0] if ours else None).parse_args(ours)
     if opts.command == "launch":
         print("launch takes no options of its own; vLLM arguments go after --", file=sys.stderr)
         return 2
