@@ -11,7 +11,6 @@ than hiding it. The check reads files only: neither torch nor the vendor package
 from __future__ import annotations
 
 import importlib.machinery
-import importlib.util
 import os
 
 from ..plan import Repair
@@ -27,6 +26,8 @@ SHIMMED_MODULES = {
 
 def _package_dir(name: str) -> str | None:
     """Directory of a top-level package on this interpreter's path, found without importing it."""
+    import importlib.util  # only Mixtral-family models pay for it at start
+
     try:
         spec = importlib.util.find_spec(name)
     except (ImportError, ValueError):
