@@ -91,17 +91,43 @@ def assert_steps_passed(results):
     assert not failed, failed
 
 
-def test_nv_a100_steps_on_the_real_vllm_0_11_engine(tmp_path):
-    """L2's check on the real triton_attn.py, and the profile baked from the engine itself equals
-    the committed one (which `make profiles` made from the same packages)."""
+def nv_a100_image(tmp_path):
+    """The nv-a100 Dockerfile's steps run on the vLLM 0.11.0 engine venv; (results, image home)."""
     ctx = rendered(tmp_path / "build", "nv-a100")
     shadow_package(ENGINE, "vllm", "v1/attention/backends/triton_attn.py", tmp_path / "site")
     results = run_steps(ctx, tmp_path / "image", str(ENGINE / "bin" / "python"), str(tmp_path / "site"))
+    return results, tmp_path / "image" / HOME.lstrip("/")
+
+
+def test_nv_a100_steps_on_the_real_vllm_0_11_engine(tmp_path):
+    """L2's check on the real triton_attn.py, and the profile baked from the engine itself equals
+    the committed one (which `make profiles` made from the same packages)."""
+    results, _ = nv_a100_image(tmp_path)
     assert_steps_passed(results)
     assert any("L2 unchanged:" in out for _, _, out in results)
     profile, image_card = profile_of(tmp_path / "image", "nv-a100")
     assert image_card == "nv-a100"
     assert profile == json.loads((ROOT / "common" / "profiles" / "nv-a100.json").read_text())
+
+
+def test_the_built_layout_starts_a_model_through_its_entrypoint(tmp_path, models, fake_vllm):
+    """The image's own files: entrypoint.sh -> bootstrap -> launcher with the baked profile (no
+    COMPAT_CARD: the image's card), repairs, then exec vLLM with the platform's arguments."""
+    results, home = nv_a100_image(tmp_path)
+    assert_steps_passed(results)
+    script, called = fake_vllm
+    model = models("v5-qwen2")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPAT_") and k != "PYTHONPATH"}
+    env.update(PATH=f"{script.parent}{os.pathsep}{env['PATH']}", MODEL_DIR=str(model), COMPAT_HOME=str(home),
+               COMPAT_PYTHON=str(ENGINE / "bin" / "python"), COMPAT_WORK_DIR=str(tmp_path / "work"))
+    proc = subprocess.run(["bash", str(home / "entrypoint.sh"), "--port", "8000"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    argv = called()["argv"]
+    assert argv[1:4] == ["serve", str(model), "--tokenizer"] and argv[-2:] == ["--port", "8000"]
+    [report] = (tmp_path / "work").glob("run-*/report.json")
+    assert json.loads(report.read_text())["card"] == "nv-a100"
+    assert "PYTHONPATH" not in called()["env"]
 
 
 def test_hygon_steps_patch_the_real_transformers_4_57(tmp_path):
