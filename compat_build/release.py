@@ -24,9 +24,11 @@ from typing import Dict, Iterable, List, Optional
 from . import manifest as manifest_mod
 from . import task_info
 from .platform_client import PlatformClient, PlatformError
-from .render import BUILD_DIR_DEFAULT, render_card
 
 ROOT = manifest_mod.ROOT
+# `matrix`, `image`, `validate` and `register` run on a bare runner Python (standard library
+# only); rendering and building (jinja2, docker) are imported where they are used.
+BUILD_DIR = os.path.join(ROOT, "build")
 WORKFLOW = os.path.join(ROOT, ".gitea", "workflows", "docker-build-push.yml")
 
 
@@ -85,6 +87,8 @@ def copy_sources_missing(context: str) -> List[str]:
 
 
 def check(out_dir: str) -> int:
+    from .render import render_card
+
     failures: List[str] = []
 
     def step(name: str, ok: bool, detail: str = "") -> None:
@@ -152,7 +156,7 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     r.add_argument("card")
     r.add_argument("image_ref")
     c = sub.add_parser("check", help="every workflow step except push and register, locally")
-    c.add_argument("--out", default=BUILD_DIR_DEFAULT)
+    c.add_argument("--out", default=BUILD_DIR)
     opts = parser.parse_args(list(argv) if argv is not None else None)
     try:
         manifest = manifest_mod.load()

@@ -300,6 +300,14 @@ def test_matrix_output_lists_the_manifest_cards():
     assert json.loads(result.stdout) == CARDS
 
 
+def test_workflow_steps_before_install_need_only_the_standard_library():
+    """The matrix job installs nothing: its step must run on a bare Python (-S: no site-packages)."""
+    for args in (["matrix"], ["image", "nv-a100", "v1.0.0"]):
+        result = subprocess.run([sys.executable, "-S", "-m", "compat_build.release", *args], cwd=str(ROOT),
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+
+
 def test_release_check_runs_every_local_step():
     result = python_module("compat_build.release", "check", "--out", str(ROOT / "build" / "release-check"),
                            env={"DOCKER_HOST": f"tcp://127.0.0.1:{closed_port()}", "MODELHUB_TOKEN": ""})
