@@ -3,7 +3,8 @@
 preflight MODEL_DIR --card CARD [--json] [--dry-run] [--no-verify] [-- VLLM_ARGS...]
     print the plan the image would apply (never execs; exit 0 whatever the model holds)
 doctor MODEL_DIR --card CARD [--json] [-- VLLM_ARGS...]
-    the plan with verification as a table; exit 0: the image starts it, 1: it fails even repaired
+    the plan with verification as a table; exit 0: the image starts it, 1: it fails even repaired,
+    2: usage error or verification impossible here
 triage PATH... [--card CARD] [--json]
     map failure logs (files, folders, .gz, JSON error reports) to the rule that fixes them
 launch -- VLLM_ARGS...

@@ -2,7 +2,8 @@
 
 What would fail on this card's stack, what the image repairs (and whether the repair verified),
 and what remains. Exit 0: the image will start the model; 1: it will fail even with repairs
-(an error-level finding remains); the CLI exits 2 for usage errors.
+(an error-level finding remains); 2: usage errors, and a verification that could not run here
+(no engine transformers at COMPAT_ENGINE_PYTHON): then doctor cannot tell, and says so.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ def examine(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[st
         plan.add_finding("INTERNAL", "error", f"preflight failed: {type(exc).__name__}: {exc}")
     data = plan.to_json()
     failing = sorted({f["code"] for f in data["findings"] if f["severity"] == "error"})
-    data["verdict"] = "fails" if failing else "starts"
+    unverified = sorted({r["code"] for r in data["repairs"] if r["verified"] is None})
+    data["verdict"] = "fails" if failing else "unverified" if unverified else "starts"
     data["failing"] = failing
+    data["unverified"] = unverified
     return data
 
 
@@ -51,6 +54,9 @@ def table(data: Dict[str, Any]) -> str:
     if data["verdict"] == "starts":
         extra = " ".join(data["args"])
         lines.append(f"verdict: the {data['card']} image will start this model" + (f" (adding: {extra})" if extra else ""))
+    elif data["verdict"] == "unverified":
+        lines.append(f"verdict: unknown: {', '.join(data['unverified'])} could not be verified here; set "
+                     "COMPAT_ENGINE_PYTHON to a Python with the card's transformers (inside the image it is its own)")
     else:
         lines.append(f"verdict: this model will fail on {data['card']} even with the image's repairs "
                      f"({', '.join(data['failing'])})")
@@ -60,4 +66,4 @@ def table(data: Dict[str, Any]) -> str:
 def run(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[str, str], as_json: bool) -> int:
     data = examine(model_dir, card, vllm_args, env)
     print(json.dumps(data, indent=2, ensure_ascii=False) if as_json else table(data), end="" if not as_json else "\n")
-    return 0 if data["verdict"] == "starts" else 1
+    return {"starts": 0, "fails": 1}.get(data["verdict"], 2)

@@ -235,6 +235,15 @@ def test_doctor_json_carries_verification(models):
     assert r3["verified"] is True and r3["verification"]
 
 
+def test_doctor_cannot_tell_without_the_engines_transformers(models):
+    result = doctor(models("v5-generic"), "nv-a100", env={"COMPAT_ENGINE_PYTHON": "/nonexistent/python3"})
+    assert result.returncode == 2
+    assert "verdict: unknown: R3, R3b could not be verified here; set COMPAT_ENGINE_PYTHON" in result.stdout
+    data = json.loads(doctor(models("v5-generic"), "nv-a100", "--json",
+                             env={"COMPAT_ENGINE_PYTHON": "/nonexistent/python3"}).stdout)
+    assert data["verdict"] == "unverified" and data["unverified"] == ["R3", "R3b"]
+
+
 @pytest.mark.parametrize("args", [["/no/such/model", "--card", "nv-a100"], [".", "--card", "mystery"], []])
 def test_doctor_usage_errors_exit_2(args):
     result = common("doctor", *args)
