@@ -60,8 +60,9 @@ def module_file(dotted: str) -> str:
     raise PatchError(f"module {dotted!r} has no source file under {top!r}")
 
 
-def patch_file(path: str, transform: Callable[[str], str]) -> PatchResult:
-    """Apply `transform` to the file at `path`. Status: "applied" or "unchanged".
+def patch_file(path: str, transform: Callable[[str], str], write: bool = True) -> PatchResult:
+    """Apply `transform` to the file at `path`. Status: "applied" or "unchanged" ("would apply"
+    when `write` is False: every check runs, nothing is written).
     Raises AnchorMissing or PatchError (unreadable, unwritable, result does not compile)."""
     try:
         with open(path, encoding="utf-8") as fh:
@@ -80,6 +81,8 @@ def patch_file(path: str, transform: Callable[[str], str]) -> PatchResult:
         compile(new, path, "exec")
     except SyntaxError as exc:
         raise PatchError(f"{path}: patched source does not compile ({exc.msg}, line {exc.lineno})") from None
+    if not write:
+        return PatchResult(path, "would apply")
     import shutil  # only a start that patches pays for it
 
     backup = path + BACKUP_SUFFIX

@@ -132,27 +132,21 @@ def _write_work_file(plan: Plan, repair: Repair) -> None:
 
 
 def _patch_engine(plan: Plan, repair: Repair, write: bool) -> None:
-    """Apply (launch) or dry-run (preflight) an edit of the engine's source; a missing file or
-    anchor drops the repair with a finding that names them."""
+    """Apply (launch) or check without writing (preflight) an edit of the engine's source; a
+    missing file or anchor drops the repair with a finding that names them."""
     from .patching import PatchError, module_file, patch_file
 
     module, transform = repair.engine_patch
     try:
-        path = module_file(module)
-        if write:
-            result = patch_file(path, transform)
-            repair.verification = f"{path}: {result.status}"
-        else:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-            changed = transform(text) != text
-            repair.verification = f"{path}: anchor found; launch {'patches it' if changed else 'finds it already patched'}"
+        result = patch_file(module_file(module), transform, write=write)
+        repair.verification = f"{result.path}: {result.status}"
         repair.verified = True
         say(f"{repair.code} {repair.title}: {repair.detail} ({repair.verification})")
-    except (PatchError, OSError, UnicodeDecodeError, SyntaxError) as exc:
-        repair.verified, repair.verification = False, str(exc)
-        plan.add_finding(repair.code, "error", f"{repair.code} not applied: {exc}")
-        say(f"{repair.code} not applied: {exc}")
+    except Exception as exc:  # PatchError, OSError, or a transform's bug: this repair only is lost
+        detail = str(exc) if isinstance(exc, (PatchError, OSError)) else f"{type(exc).__name__}: {exc}"
+        repair.verified, repair.verification = False, detail
+        plan.add_finding(repair.code, "error", f"{repair.code} not applied: {detail}")
+        say(f"{repair.code} not applied: {detail}")
 
 
 def _assemble(plan: Plan, user: UserArgs, env: Mapping[str, str]) -> None:

@@ -4,7 +4,8 @@ transformers 5 writes `rope_parameters` ({"rope_theta", "rope_type", scaling key
 top-level `rope_theta` / `rope_scaling`; transformers 4.x does not look inside `rope_parameters`
 and silently uses the class default (rope_theta 10000 instead of 1e6): the model loads and
 generates wrong text, with no error anywhere. It also writes `dtype` where transformers before
-4.56 reads only `torch_dtype` (the BI-100 stack, 4.55), so the engine would fall back to float32.
+4.56 reads only `torch_dtype` (the BI-100 stack, 4.55): vLLM 0.5.5 then takes the model for
+float32 and, with `--dtype auto`, serves a bfloat16 model in float16 (overflow-prone).
 The repair restores exactly the values the engine would lose: through `--hf-overrides` where the
 card's vLLM has it (0.6.x and later), else through `--rope-theta` / `--rope-scaling` / `--dtype`.
 vLLM applies `--hf-overrides` with setattr on the top-level config, so values lost inside a nested
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 NESTED = ("text_config", "lm_config", "llm_config", "language_config")
 # transformers reads `dtype` from this version on (before: `torch_dtype` only).
 DTYPE_KEY_SINCE = (4, 56)
+# The dtype names a config may carry; anything else is never passed on (a model's string must
+# not become a flag: `--dtype --trust-remote-code` would be two arguments to vLLM).
+CONFIG_DTYPES = ("float16", "bfloat16", "float32", "float64", "half", "float")
 # rope_parameters keys that are not part of a 4.x `rope_scaling` dict.
 NOT_SCALING = ("rope_theta", "partial_rotary_factor")
 
@@ -52,7 +56,7 @@ def lost_values(config: Dict[str, Any], transformers_version: str) -> Dict[str, 
         if isinstance(kind, str) and kind != "default" and config.get("rope_scaling") is None:
             lost["rope_scaling"] = {k: v for k, v in rope.items() if k not in NOT_SCALING}
     dtype = config.get("dtype")
-    if isinstance(dtype, str) and "torch_dtype" not in config and _version(transformers_version) < DTYPE_KEY_SINCE:
+    if dtype in CONFIG_DTYPES and "torch_dtype" not in config and _version(transformers_version) < DTYPE_KEY_SINCE:
         lost["torch_dtype"] = dtype
     return lost
 

@@ -121,7 +121,7 @@ def test_iluvatar_adds_the_size_to_the_real_paged_attn_list_at_start(tmp_path, e
 
     plan = preflight_json(model, "iluvatar-bi100", env=env)  # preflight checks, never writes
     [repair] = h1(plan)
-    assert repair["verified"] is True and "anchor found; launch patches it" in repair["verification"]
+    assert repair["verified"] is True and repair["verification"] == f"{target}: would apply"
     assert target.read_text() == original
 
     _, called = fake_vllm
@@ -157,3 +157,28 @@ def test_iluvatar_without_vllm_installed_is_a_finding(tmp_path, env_for_tests):
     env = dict(env_for_tests, PYTHONPATH=str(ROOT))
     plan = preflight_json(model, "iluvatar-bi100", env=env)
     assert h1(plan)[0]["verified"] is False and plan["env"] == {} and plan["args"] == []
+
+
+@needs_upstream
+def test_a_failing_engine_patch_costs_only_its_own_repair(tmp_path, monkeypatch, env_for_tests):
+    """A bug in a patch transform drops H1 with a finding; the other repairs still reach vLLM."""
+    from common.preflight import build_plan
+    from common.rules import h1_head_size
+
+    def broken(size):
+        def transform(text):
+            raise ValueError("transform bug")
+        return transform
+
+    site, _ = vendor_site(tmp_path, PAGED_ATTN.read_text())
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(h1_head_size, "add_paged_attn_head_size", broken)
+    config = llama(head_dim=160, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+    config.pop("rope_theta", None)
+    model = model_dir(tmp_path / "m", {"config.json": config})
+    env = {k: v for k, v in env_for_tests.items() if k != "COMPAT_SKIP"}
+    env["COMPAT_WORK_DIR"] = str(tmp_path / "w")
+    plan = build_plan(str(model), "iluvatar-bi100", [], env, verify=False, patch_engine=True)
+    [finding] = [f for f in plan.findings if f.code == "H1"]
+    assert finding.severity == "error" and "ValueError: transform bug" in finding.message
+    assert "--rope-theta" in plan.args and "--chat-template" in plan.args  # R5 and R2 survive

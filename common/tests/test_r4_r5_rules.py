@@ -159,3 +159,12 @@ def test_a_proven_alias_wins_over_the_canonical_class(tmp_path, monkeypatch, env
     plan = build_plan(str(model), "nv-a100", [], dict(env_for_tests, COMPAT_WORK_DIR=str(tmp_path / "w")), verify=False)
     [repair] = [r for r in plan.repairs if r.code == "R4"]
     assert repair.hf_overrides == {"architectures": ["MistralForCausalLM"]} and "proven alias" in repair.detail
+
+
+def test_a_dtype_that_is_no_dtype_never_reaches_vllm(tmp_path, env_for_tests):
+    """Red line 5: a model's string must not become a flag (`--dtype --trust-remote-code`)."""
+    config = v5_config()
+    config["dtype"] = "--trust-remote-code"
+    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), "iluvatar-bi100", env=env_for_tests)
+    assert plan["args"] == ["--rope-theta", "1000000.0"]
+    assert "--trust-remote-code" not in json.dumps(plan["repairs"])
