@@ -11,7 +11,6 @@ Standard library only: this module is copied into images before the rest of the 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
@@ -39,25 +38,30 @@ class PatchResult:
         return f"PatchResult({self.path!r}, {self.status!r})"
 
 
-def module_file(dotted: str) -> str:
-    """The source file of module `dotted` for this interpreter, found without importing anything
+def package_dir(top: str) -> Optional[str]:
+    """Directory of top-level package `top` for this interpreter, found without importing it
     (importing vLLM or a vendor package to find a file would run their start-up code)."""
-    top, *rest = dotted.split(".")
+    import importlib.util  # only the starts that look for a package pay for it
+
     try:
         spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError) as exc:
-        raise PatchError(f"package {top!r} cannot be located ({exc})") from None
-    if spec is None:
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def module_file(dotted: str) -> str:
+    """The source file of module `dotted` (a submodule of an installed package) for this Python."""
+    top, *rest = dotted.split(".")
+    base = package_dir(top)
+    if base is None:
         raise PatchError(f"package {top!r} is not installed for this Python")
-    if not rest:
-        if spec.origin and os.path.isfile(spec.origin):
-            return spec.origin
-        raise PatchError(f"module {dotted!r} has no source file")
-    for base in spec.submodule_search_locations or ():
-        path = os.path.join(base, *rest) + ".py"
-        if os.path.isfile(path):
-            return path
-    raise PatchError(f"module {dotted!r} has no source file under {top!r}")
+    path = os.path.join(base, *rest) + ".py" if rest else os.path.join(base, "__init__.py")
+    if not os.path.isfile(path):
+        raise PatchError(f"module {dotted!r} has no source file under {base}")
+    return path
 
 
 def patch_file(path: str, transform: Callable[[str], str], write: bool = True) -> PatchResult:

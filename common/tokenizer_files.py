@@ -62,12 +62,15 @@ def chat_template_source(model: ModelDir) -> Optional[str]:
     return None
 
 
+def token_text(value: Any) -> Optional[str]:
+    """The text of a special token as configs store it: a string or a serialized AddedToken."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
 def special_token_strings(values: List[Any]) -> List[str]:
     """Token strings from a list that may hold strings or serialized AddedToken dicts."""
-    out = []
-    for item in values:
-        if isinstance(item, str):
-            out.append(item)
-        elif isinstance(item, dict) and isinstance(item.get("content"), str):
-            out.append(item["content"])
-    return out
+    return [text for text in map(token_text, values) if text is not None]

@@ -1,6 +1,7 @@
 """L3 on a vendor package tree the test builds, and the op against real vLLM 0.11.0's GeluAndMul."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = ROOT / "cards" / "iluvatar-bi100" / "patched_ops"
-STEP = ROOT / "compat_build" / "image_steps" / "install_patched_ops.py"
 ENGINE_PY = ROOT / ".venv-engine" / "bin" / "python"
 
 
@@ -23,7 +23,9 @@ def vendor_tree(tmp_path):
 
 
 def run_step(site, ops=OPS):
-    return subprocess.run([sys.executable, str(STEP), str(ops), "ixformer.functions"], env={"PYTHONPATH": str(site)},
+    """As the image build runs it: a module of the build steps, the image's packages on the path."""
+    return subprocess.run([sys.executable, "-m", "compat_build.image_steps.install_patched_ops", str(ops),
+                           "ixformer.functions"], env={"PYTHONPATH": f"{ROOT}{os.pathsep}{site}"}, cwd=str(ROOT),
                           capture_output=True, text=True)
 
 
@@ -35,7 +37,7 @@ def test_installs_exports_and_second_run_changes_nothing(tmp_path):
     assert "L3 ixformer.functions.gelu_tanh_and_mul: installed" in first.stdout
     init = (pkg / "__init__.py").read_text()
     assert init == original + "\nfrom .gelu_tanh_and_mul import *\n"
-    assert (pkg / "__init__.py.orig").read_text() == original
+    assert (pkg / "__init__.py.enginex-orig").read_text() == original
     snapshot = {p.name: p.read_bytes() for p in pkg.iterdir()}
     second = run_step(site)
     assert second.returncode == 0 and "gelu_tanh_and_mul: unchanged" in second.stdout

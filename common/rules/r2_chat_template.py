@@ -17,12 +17,12 @@ import re
 
 from ..chat_templates import CHATML, CHATML_MARKERS, PLAIN_ROLES, SAMPLE_CONVERSATION
 from ..plan import Repair
-from ..tokenizer_files import chat_template_source, tokenizer_config
+from ..tokenizer_files import chat_template_source, token_text, tokenizer_config
 from .base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
-    from typing import Any, Dict, Optional, Set, Tuple
+    from typing import Dict, Optional, Set, Tuple
 
 NON_CHAT_TASKS = ("embed", "embedding", "classify", "score", "reward")
 TEMPLATE_FILE = "chat_template.jinja"
@@ -30,26 +30,18 @@ TEMPLATE_FILE = "chat_template.jinja"
 ESCAPE_PATTERN = r"__(?:class|mro|subclasses|globals|builtins|import|init|base|bases|code|dict)__"
 
 
-def _token_text(value: Any) -> Optional[str]:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return value["content"]
-    return None
-
-
 def vocabulary_markers(ctx: Context) -> Set[str]:
     """Which ChatML markers the tokenizer has as tokens (added tokens first, then the vocab)."""
     found: Set[str] = set()
     decoder = tokenizer_config(ctx.model).get("added_tokens_decoder")
     if isinstance(decoder, dict):
-        found |= {_token_text(v) for v in decoder.values()} & set(CHATML_MARKERS)  # type: ignore[operator]
+        found |= {token_text(v) for v in decoder.values()} & set(CHATML_MARKERS)  # type: ignore[operator]
     if found >= set(CHATML_MARKERS):
         return found
     tokenizer = ctx.model.json_object("tokenizer.json")
     added = tokenizer.get("added_tokens")
     if isinstance(added, list):
-        found |= {_token_text(t) for t in added} & set(CHATML_MARKERS)  # type: ignore[operator]
+        found |= {token_text(t) for t in added} & set(CHATML_MARKERS)  # type: ignore[operator]
     model = tokenizer.get("model")
     vocab = model.get("vocab") if isinstance(model, dict) else None
     if isinstance(vocab, dict):
@@ -98,7 +90,7 @@ class ChatTemplate(Rule):
             outcome.findings.append(self.finding("info", f"no chat template; not added: {skip}"))
             return outcome
         config = tokenizer_config(ctx.model)
-        special = {k: _token_text(config.get(k)) or "" for k in ("bos_token", "eos_token")}
+        special = {k: token_text(config.get(k)) or "" for k in ("bos_token", "eos_token")}
         chatml = vocabulary_markers(ctx) >= set(CHATML_MARKERS)
         template = CHATML if chatml else PLAIN_ROLES
         kind = "ChatML (the vocabulary has <|im_start|>/<|im_end|>)" if chatml else "plain role template"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.machinery
 import os
 
+from ..patching import package_dir
 from ..plan import Repair
 from .base import Context, Outcome, Rule
 
@@ -24,23 +25,10 @@ SHIMMED_MODULES = {
 }
 
 
-def _package_dir(name: str) -> str | None:
-    """Directory of a top-level package on this interpreter's path, found without importing it."""
-    import importlib.util  # only Mixtral-family models pay for it at start
-
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return list(spec.submodule_search_locations)[0]
-
-
 def module_present(dotted: str) -> bool:
     """Whether `dotted` exists as a file or package under its top-level package (no import)."""
     top, *rest = dotted.split(".")
-    base = _package_dir(top)
+    base = package_dir(top)
     if base is None:
         return False
     path = os.path.join(base, *rest)
@@ -49,7 +37,7 @@ def module_present(dotted: str) -> bool:
 
 
 def engine_imports(model_file: str, dotted: str) -> bool:
-    vllm_dir = _package_dir("vllm")
+    vllm_dir = package_dir("vllm")
     if vllm_dir is None:
         return False
     try:

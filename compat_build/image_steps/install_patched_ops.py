@@ -1,26 +1,28 @@
 """L3: copy a card's patched ops into a vendor package and export them from its __init__.
 
-usage: install_patched_ops.py OPS_DIR PACKAGE.SUBPACKAGE   (e.g. cards/iluvatar-bi100/patched_ops ixformer.functions)
+usage: python3 -m compat_build.image_steps.install_patched_ops OPS_DIR PACKAGE.SUBPACKAGE
+       (e.g. cards/iluvatar-bi100/patched_ops ixformer.functions)
 
 The target is found through this interpreter's import machinery (the image's Python) without
 importing it. For each OPS_DIR/*.py except __init__.py: copy it in, and append
-`from .<name> import *` to the subpackage's __init__.py only where that line is missing. The
-__init__.py is backed up once (.orig) before its first change. Each op is reported; any failure
+`from .<name> import *` to the subpackage's __init__.py only where that line is missing, through
+the shared patching helper (backup once, idempotent, compiled before it is written). Each op is reported; any failure
 exits non-zero so the image build stops.
 """
 
-import importlib.util
 import os
 import shutil
 import sys
 
+from common.patching import PatchError, package_dir, patch_file
+
 
 def find_package_dir(dotted: str) -> str:
     top, *rest = dotted.split(".")
-    spec = importlib.util.find_spec(top)
-    if spec is None or not spec.submodule_search_locations:
+    base = package_dir(top)
+    if base is None:
         raise SystemExit(f"L3: package {top!r} is not installed for {sys.executable}")
-    path = os.path.join(list(spec.submodule_search_locations)[0], *rest)
+    path = os.path.join(base, *rest)
     if not os.path.isfile(os.path.join(path, "__init__.py")):
         raise SystemExit(f"L3: {dotted} has no __init__.py at {path}")
     return path
@@ -52,12 +54,16 @@ def install(ops_dir: str, target: str) -> list:
         except (OSError, SyntaxError) as exc:
             report.append((name, f"failed: {exc}"))
     if additions:
-        if not os.path.exists(init + ".orig"):
-            shutil.copyfile(init, init + ".orig")
-        with open(init, "a", encoding="utf-8") as fh:
-            if init_text and not init_text.endswith("\n"):
-                fh.write("\n")
-            fh.write("".join(line + "\n" for line in additions))
+        def export(text: str) -> str:
+            missing = [line for line in additions if line not in (ln.strip() for ln in text.splitlines())]
+            if not missing:
+                return text
+            return text + ("\n" if text and not text.endswith("\n") else "") + "".join(line + "\n" for line in missing)
+
+        try:
+            patch_file(init, export)
+        except PatchError as exc:
+            report.append(("__init__", f"failed: {exc}"))
     return report
 
 
