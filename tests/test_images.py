@@ -291,7 +291,9 @@ def test_workflow_builds_every_card_on_v_tags_with_secrets_only():
     assert positions == sorted(positions)
     assert "https://modelhub.org.cn" in flow["env"]["MODELHUB_API"]
     text = WORKFLOW.read_text()
-    for name in re.findall(r"(\w*(?:TOKEN|PASSWORD|USERNAME)\w*):", text):
+    credentials = re.findall(r"(\w*(?:TOKEN|PASSWORD|USERNAME)\w*):", text)
+    assert set(credentials) == {"MODELHUB_TOKEN", "REGISTRY_USERNAME", "REGISTRY_PASSWORD"}
+    for name in credentials:
         assert re.search(rf"{name}: \$\{{\{{ secrets\.{name} \}}\}}", text), name
 
 
