@@ -1,4 +1,10 @@
-"""Run a verification script under the engine's Python with a time limit."""
+"""Ask the engine's own Python what its transformers makes of a repair, with a time limit.
+
+`run_checks` sends every request of a start to one child process (checks/engine_checks.py,
+whose docstring lists the request kinds and answer fields). The child never imports torch:
+reading a tokenizer or a config does not need it, and importing it cost a repaired start ~3 s
+and ~700 MB. A clean model never gets here.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +15,26 @@ import sys
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
-    from typing import List, Mapping, Optional
+    from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 CHECKS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checks")
+BATCH_SCRIPT = "engine_checks.py"
 DEFAULT_TIMEOUT_S = 60.0
+# transformers 4.x reads these when imported and then loads tokenizers and configs without
+# torch, TensorFlow or Flax. The child's alone: the engine vLLM starts keeps its torch.
+TORCH_OFF = {"USE_TORCH": "0", "USE_TF": "0", "USE_FLAX": "0"}
 
 
 class Verdict:
-    __slots__ = ("ok", "reason")
+    __slots__ = ("ok", "reason", "result")
 
-    def __init__(self, ok: Optional[bool], reason: str) -> None:
+    def __init__(self, ok: Optional[bool], reason: str, result: Optional[Dict[str, Any]] = None) -> None:
         self.ok = ok  # None: could not be checked here (no engine transformers, no Python)
         self.reason = reason
+        self.result = result if result is not None else {}  # the check's whole answer
+
+    def __repr__(self) -> str:
+        return f"Verdict(ok={self.ok!r}, reason={self.reason!r})"
 
 
 def engine_python(env: Mapping[str, str]) -> str:
@@ -28,32 +42,93 @@ def engine_python(env: Mapping[str, str]) -> str:
     return env.get("COMPAT_ENGINE_PYTHON") or sys.executable
 
 
-def run_check(script: str, args: List[str], env: Mapping[str, str]) -> Verdict:
+def verify_timeout(env: Mapping[str, str]) -> float:
+    """COMPAT_VERIFY_TIMEOUT for the whole child process; a bad value means the default."""
+    from .settings import seconds
+
+    return seconds(env, "COMPAT_VERIFY_TIMEOUT", DEFAULT_TIMEOUT_S)
+
+
+def child_env() -> Dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    env["HF_HUB_OFFLINE"] = "1"  # a check must never reach for a hub
+    env["PYTHONIOENCODING"] = "utf-8"  # answers carry token text; an image's locale may be C
+    env.update(TORCH_OFF)
+    return env
+
+
+class _Run:
+    __slots__ = ("stdout", "stderr", "returncode", "failure")
+
+    def __init__(self, stdout: str = "", stderr: str = "", returncode: Optional[int] = None,
+                 failure: Optional[Verdict] = None) -> None:
+        self.stdout, self.stderr, self.returncode = stdout, stderr, returncode
+        self.failure = failure  # set when no answer can be trusted beyond what stdout holds
+
+    def answers(self) -> List[Dict[str, Any]]:
+        out = []
+        for line in self.stdout.splitlines():
+            if line.startswith("{"):
+                try:
+                    value = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(value, dict):
+                    out.append(value)
+        return out
+
+    def missing(self) -> Verdict:
+        """The verdict of a request the child never answered."""
+        if self.failure is not None:
+            return self.failure
+        tail = (self.stderr.strip().splitlines() or ["no output"])[-1]
+        return Verdict(False, f"verification exited {self.returncode}: {tail[:300]}")
+
+
+def _run(argv: List[str], stdin_text: Optional[str], env: Mapping[str, str]) -> _Run:
     import subprocess  # only when a repair needs checking: the clean path never pays for it
 
+    timeout = verify_timeout(env)
     try:
-        timeout = float(env.get("COMPAT_VERIFY_TIMEOUT", DEFAULT_TIMEOUT_S))
-    except ValueError:
-        timeout = DEFAULT_TIMEOUT_S
-    python = engine_python(env)
-    child_env = dict(os.environ)
-    child_env.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    child_env["HF_HUB_OFFLINE"] = "1"  # a check must never reach for a hub
-    try:
-        proc = subprocess.run(
-            [python, os.path.join(CHECKS_DIR, script)] + args,
-            capture_output=True, text=True, timeout=timeout, env=child_env, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(
+            [engine_python(env)] + argv, env=child_env(), text=True, encoding="utf-8", errors="replace",
+            stdin=subprocess.DEVNULL if stdin_text is None else subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
-    except subprocess.TimeoutExpired:
-        return Verdict(False, f"verification timed out after {timeout:g}s")
     except OSError as exc:
-        return Verdict(None, f"verification could not start {python} ({exc.strerror})")
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return Verdict(False, f"verification exited {proc.returncode}: {tail[:300]}")
+        return _Run(failure=Verdict(None, f"verification could not start {engine_python(env)} ({exc.strerror})"))
     try:
-        result = json.loads(lines[-1])
-    except ValueError:
-        return Verdict(False, "verification printed no readable result")
-    return Verdict(result.get("ok"), str(result.get("reason", "")))
+        out, err = proc.communicate(stdin_text, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()  # what was answered before the limit still counts
+        return _Run(out, err, proc.returncode, Verdict(False, f"verification timed out after {timeout:g}s"))
+    return _Run(out, err, proc.returncode)
+
+
+def _verdict(answer: Dict[str, Any]) -> Verdict:
+    ok = answer.get("ok")
+    if ok is not None and not isinstance(ok, bool):
+        ok = False
+    return Verdict(ok, str(answer.get("reason", "")), answer)
+
+
+def run_checks(requests: Sequence[Mapping[str, Any]], env: Mapping[str, str]) -> List[Verdict]:
+    """One verdict per request, in order, all answered by one engine-Python process.
+
+    ok None: no engine Python or no transformers there (the caller reports "unverified");
+    False: the check failed, the child died first, or the time limit ran out first."""
+    if not requests:
+        return []
+    run = _run([os.path.join(CHECKS_DIR, BATCH_SCRIPT)], json.dumps(list(requests), ensure_ascii=False), env)
+    by_index = {a["index"]: a for a in run.answers() if isinstance(a.get("index"), int)}
+    return [_verdict(by_index[i]) if i in by_index else run.missing() for i in range(len(requests))]
+
+
+def run_check(script: str, args: List[str], env: Mapping[str, str]) -> Verdict:
+    """The last answer of one script in checks/ run with `args`: the form that predates
+    run_checks, kept for its callers (tokenizer_check.py OVERLAY MODEL)."""
+    run = _run([os.path.join(CHECKS_DIR, script)] + list(args), None, env)
+    answers = run.answers()
+    return _verdict(answers[-1]) if answers else run.missing()

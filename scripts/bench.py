@@ -10,8 +10,22 @@ preflight_read_bytes_delta_100gib      bytes the preflight read with the shards 
 launch_clean_vs_python_startup         `common launch` on a clean model until it execs vLLM (here `true`)
                                        / `python -c pass`: what a container start pays
 
-The runtime package is byte-compiled first, as the image build does.
+With the vLLM 0.11.0 engine venv (.venv-engine) and .venv-author (`make envs`), for a model saved
+by transformers 5 (R3 + R3b: a tokenizer overlay that must be verified), the engine's Python
+running both the preflight and the check, as in the image:
+preflight_repaired_vs_tokenizer_load   `preflight --dry-run --json`, verification included / the
+                                       engine's Python loading that overlay tokenizer without torch:
+                                       the floor any verification pays (goal <= 1.3)
+preflight_repaired_peak_rss_mb         peak resident memory of that preflight and every process it
+                                       starts: the larger of their polled sum and the largest one's
+                                       maxrss (goal <= 150)
+
+`--tree DIR` measures the runtime package of another checkout (a worktree of an older commit)
+with this script and this checkout's venvs. The runtime package is byte-compiled first, as the
+image build does.
 """
+
+import argparse
 
 import json
 import os
@@ -21,9 +35,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
+ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
+AUTHOR_PYTHON = ROOT / ".venv-author" / "bin" / "python"
 RUNS = int(os.environ.get("BENCH_RUNS", "15"))
 SHARDS = 50
 SHARD_BYTES = 100 * 1024 ** 3 // SHARDS
@@ -49,9 +65,9 @@ def clean_model(path: Path, shards: int = 0) -> Path:
     return path
 
 
-def timed(cmd: List[str], env: Dict[str, str]) -> float:
+def timed(cmd: List[str], env: Dict[str, str], cwd: Path = ROOT) -> float:
     start = time.perf_counter()
-    subprocess.run(cmd, cwd=str(ROOT), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(cmd, cwd=str(cwd), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     return time.perf_counter() - start
 
 
@@ -71,15 +87,97 @@ READ_BYTES = (
 )
 
 
-def read_bytes(model: Path, env: Dict[str, str]) -> int:
-    out = subprocess.run([sys.executable, "-c", READ_BYTES, str(model)], cwd=str(ROOT), env=env,
+def read_bytes(model: Path, env: Dict[str, str], tree: Path) -> int:
+    out = subprocess.run([sys.executable, "-c", READ_BYTES, str(model)], cwd=str(tree), env=env,
                          capture_output=True, text=True, check=True).stdout
     return int(out.strip().splitlines()[-1])
 
 
+# Runs the command and prints the largest maxrss among it and every descendant it waited for.
+MAXRSS = ("import resource, subprocess, sys; "
+          "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True); "
+          "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _descendants(root: int) -> List[int]:
+    children: Dict[int, List[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def peak_rss_mb(cmd: List[str], env: Dict[str, str], cwd: Path) -> float:
+    """Peak memory of `cmd` and its descendants (the measuring wrapper itself left out)."""
+    proc = subprocess.Popen([sys.executable, "-c", MAXRSS] + cmd, cwd=str(cwd), env=env,
+                            stdout=subprocess.PIPE, text=True)
+    polled = 0
+    while proc.poll() is None:
+        polled = max(polled, sum(_rss(pid) for pid in _descendants(proc.pid)))
+        time.sleep(0.002)
+    out = proc.communicate()[0]
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd} failed")
+    largest = int(out.strip().splitlines()[-1]) * 1024
+    return max(polled, largest) / 1024 ** 2
+
+
+FLOOR = "import sys; from transformers import AutoTokenizer; AutoTokenizer.from_pretrained(sys.argv[1])"
+
+
+def repaired_figures(tmp: Path, tree: Path) -> Optional[Dict[str, float]]:
+    """Preflight of a transformers-5 model whose repairs need verification, on the engine venv."""
+    if not (ENGINE_PYTHON.exists() and AUTHOR_PYTHON.exists()):
+        return None
+    sys.path.insert(0, str(ROOT))
+    from tests.fixtures.factory import build
+
+    model = build("v5", "generic", tmp / "v5-generic")
+    engine = str(ENGINE_PYTHON)
+    env = dict(os.environ, COMPAT_WORK_DIR=str(tmp / "work-repaired"), TRANSFORMERS_VERBOSITY="error",
+               COMPAT_ENGINE_PYTHON=engine)
+    cmd = [engine, "-m", "common", "preflight", str(model), "--card", "nv-a100", "--dry-run", "--json"]
+    plan = json.loads(subprocess.run(cmd, cwd=str(tree), env=env, capture_output=True, text=True, check=True).stdout)
+    repairs = [(r["code"], r["verified"]) for r in plan["repairs"]]
+    if not repairs or not all(ok is True for _, ok in repairs) or plan["args"][:1] != ["--tokenizer"]:
+        raise RuntimeError(f"the transformers-5 model was not repaired and verified: {repairs}")
+    overlay = plan["args"][1]
+    torch_off = dict(env, USE_TORCH="0", USE_TF="0", USE_FLAX="0")
+    m = medians({
+        "preflight_repaired": lambda: timed(cmd, env, tree),
+        "tokenizer_load": lambda: timed([engine, "-c", FLOOR, overlay], torch_off, tree),
+    })
+    peaks = sorted(peak_rss_mb(cmd, env, tree) for _ in range(3))
+    return dict(m, peak_rss_mb=peaks[1])
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", type=Path, default=ROOT, help="checkout whose runtime package is measured")
+    tree = parser.parse_args().tree.resolve()
     py = sys.executable
-    subprocess.run([py, "-m", "compileall", "-q", str(ROOT / "common")], check=True)
+    subprocess.run([py, "-m", "compileall", "-q", str(tree / "common")], check=True)
+    if ENGINE_PYTHON.exists():  # the image compiles with its own Python: its caches are the ones read
+        subprocess.run([str(ENGINE_PYTHON), "-m", "compileall", "-q", str(tree / "common")], check=True)
     with tempfile.TemporaryDirectory() as tmp:
         small = clean_model(Path(tmp) / "clean")
         big = clean_model(Path(tmp) / "clean-100gib", SHARDS)
@@ -87,7 +185,7 @@ def main() -> int:
 
         def preflight(model: Path) -> Callable[[], float]:
             return lambda: timed([py, "-m", "common", "preflight", str(model), "--card", "nv-a100",
-                                  "--dry-run", "--json"], env)
+                                  "--dry-run", "--json"], env, tree)
 
         m = medians({
             "python": lambda: timed([py, "-c", "pass"], env),
@@ -95,9 +193,10 @@ def main() -> int:
             "preflight": preflight(small),
             "preflight_100gib": preflight(big),
             "launch": lambda: timed([py, "-m", "common", "launch", "--", "--port", "8000"],
-                                    dict(env, MODEL_DIR=str(small), COMPAT_CARD="nv-a100", COMPAT_VLLM="true")),
+                                    dict(env, MODEL_DIR=str(small), COMPAT_CARD="nv-a100", COMPAT_VLLM="true"), tree),
         })
-        delta = read_bytes(big, env) - read_bytes(small, env)
+        delta = read_bytes(big, env, tree) - read_bytes(small, env, tree)
+        repaired = repaired_figures(Path(tmp), tree)
     print(f"python_startup_ms: {m['python'] * 1000:.1f}")
     print(f"preflight_clean_ms: {m['preflight'] * 1000:.1f}")
     print(f"preflight_clean_vs_python_startup: {m['preflight'] / m['python']:.2f}")
@@ -105,6 +204,13 @@ def main() -> int:
     print(f"preflight_size_ratio_100gib_vs_empty: {m['preflight_100gib'] / m['preflight']:.2f}")
     print(f"preflight_read_bytes_delta_100gib: {delta}")
     print(f"launch_clean_vs_python_startup: {m['launch'] / m['python']:.2f}")
+    if repaired is None:
+        print("preflight_repaired_*: skipped (needs .venv-engine and .venv-author: make envs)")
+        return 0
+    print(f"preflight_repaired_ms: {repaired['preflight_repaired'] * 1000:.1f}")
+    print(f"tokenizer_load_torch_free_ms: {repaired['tokenizer_load'] * 1000:.1f}")
+    print(f"preflight_repaired_vs_tokenizer_load: {repaired['preflight_repaired'] / repaired['tokenizer_load']:.2f}")
+    print(f"preflight_repaired_peak_rss_mb: {repaired['peak_rss_mb']:.0f}")
     return 0
 
 

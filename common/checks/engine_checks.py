@@ -1,0 +1,219 @@
+"""Answer check requests with this interpreter's own transformers: the engine side of verify.py.
+
+usage: python engine_checks.py [REQUESTS.json]      (without a file: the JSON list on stdin)
+
+Run under the engine's interpreter; standalone on purpose (stdlib, transformers and tokenizers
+only, no import of the runtime package). One process answers every request of a start, in order,
+one JSON line each, flushed at once: a caller that has to kill a slow run keeps what was answered.
+
+Requests and the fields their answers add:
+  {"kind": "tokenizer", "overlay": DIR, "model": DIR}
+      "class", "special_ids": {token: id}.  Does the overlay load with the model's own ids?
+      The reference is the model's tokenizer.json read by `tokenizers` directly: every special
+      token there and in the rewritten config keeps its id, and a probe text mixing words,
+      digits, non-ASCII and special tokens encodes to the same ids.
+  {"kind": "config", "path": DIR, "trust_remote_code": bool, "attributes": [name, ...]}
+      "class", "model_type", "attributes": {name: value} as this transformers reads them
+      (missing ones left out), and "text_config" (the same three) when the config nests one.
+Every answer: "index", "kind", "ok" (true, false, or null: this interpreter cannot check, e.g.
+no transformers), "reason", "transformers" (version or null), "torch_loaded".
+
+Torch is never needed to read a tokenizer or a config, and importing it costs seconds and
+hundreds of MB. transformers 4.x leaves it alone under USE_TORCH=0 (verify.py sets it for this
+process); transformers 5 dropped that switch, so there torch is hidden the way a torch-less
+install looks, unless a request runs the model's own code, which may import it for real.
+"""
+
+import json
+import math
+import os
+import sys
+
+PROBE_WORDS = "Hello, world! 12345 tiny models ünïcödé 漢字 "
+
+
+def _strings(values):
+    out = []
+    for item in values or []:
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, dict) and isinstance(item.get("content"), str):
+            out.append(item["content"])
+    return out
+
+
+def _configured_specials(tok):
+    specials = set()
+    for value in tok.special_tokens_map.values():
+        specials.update([value] if isinstance(value, str) else _strings(value))
+    return specials
+
+
+def check_tokenizer(request):
+    from transformers import AutoTokenizer
+
+    overlay, model_dir = request["overlay"], request["model"]
+    tok = AutoTokenizer.from_pretrained(overlay, trust_remote_code=False)
+    result = {"class": type(tok).__name__, "special_ids": {}}
+    specials = _configured_specials(tok)
+    reference = os.path.join(model_dir, "tokenizer.json")
+    if os.path.isfile(reference):
+        from tokenizers import Tokenizer
+
+        raw = Tokenizer.from_file(reference)
+        with open(reference, encoding="utf-8") as fh:
+            added = json.load(fh).get("added_tokens") or []
+        expected = {t["content"]: t["id"] for t in added if t.get("special")}
+        for token in specials:
+            if raw.token_to_id(token) is not None:
+                expected.setdefault(token, raw.token_to_id(token))
+        for token, want in sorted(expected.items()):
+            got = tok.convert_tokens_to_ids(token)
+            result["special_ids"][token] = got
+            if got != want:
+                return dict(result, ok=False, reason=f"special token {token!r} has id {got}, the model's tokenizer.json says {want}")
+        probe = PROBE_WORDS + " ".join(sorted(expected))
+        want_ids = raw.encode(probe, add_special_tokens=False).ids
+        got_ids = tok.encode(probe, add_special_tokens=False)
+        if got_ids != want_ids:
+            return dict(result, ok=False, reason=f"probe text encodes to {got_ids[:12]}..., the model's tokenizer.json gives {want_ids[:12]}...")
+        return dict(result, ok=True, reason=f"{len(expected)} special-token ids and {len(want_ids)} probe ids match tokenizer.json")
+    unk = tok.unk_token_id
+    for token in sorted(specials):
+        got = tok.convert_tokens_to_ids(token)
+        result["special_ids"][token] = got
+        if got is None or (got == unk and token != tok.unk_token):
+            return dict(result, ok=False, reason=f"special token {token!r} is not in the vocabulary")
+    ids = tok.encode(PROBE_WORDS, add_special_tokens=False)
+    if not ids:
+        return dict(result, ok=False, reason="probe text encodes to nothing")
+    return dict(result, ok=True, reason=f"loads as {type(tok).__name__}; {len(specials)} special tokens in the vocabulary")
+
+
+def _jsonable(value, depth=0):
+    """A config value as JSON: dtypes by name ("bfloat16" whether or not torch made it a
+    torch.dtype), nested configs as dicts, anything else unknown as its text."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if depth < 8 and isinstance(value, (list, tuple)):
+        return [_jsonable(item, depth + 1) for item in value]
+    if depth < 8 and isinstance(value, dict):
+        return {str(key): _jsonable(item, depth + 1) for key, item in value.items()}
+    to_dict = getattr(value, "to_dict", None)
+    if depth < 8 and callable(to_dict):
+        return _jsonable(to_dict(), depth + 1)
+    text = str(value)
+    return text[len("torch."):] if text.startswith("torch.") else text
+
+
+def _describe(config, names):
+    values = {}
+    for name in names:
+        try:
+            value = getattr(config, name)
+        except Exception:  # AttributeError, or a property that fails on this config: not there
+            continue
+        values[name] = _jsonable(value)
+    return {"class": type(config).__name__, "model_type": getattr(config, "model_type", None), "attributes": values}
+
+
+def _text_config(config):
+    get = getattr(config, "get_text_config", None)  # 4.x before ~4.46 lacks it
+    nested = get() if callable(get) else getattr(config, "text_config", None)
+    return nested if nested is not None and nested is not config and not isinstance(nested, dict) else None
+
+
+def check_config(request):
+    from transformers import AutoConfig
+
+    names = [str(name) for name in request.get("attributes") or []]
+    config = AutoConfig.from_pretrained(request["path"], trust_remote_code=bool(request.get("trust_remote_code")))
+    result = _describe(config, names)
+    nested = _text_config(config)
+    if nested is not None:
+        result["text_config"] = _describe(nested, names)
+    return dict(result, ok=True, reason=f"reads as {result['class']} (model_type {result['model_type']!r})")
+
+
+CHECKS = {"tokenizer": check_tokenizer, "config": check_config}
+
+
+def torch_loaded():
+    return sys.modules.get("torch") is not None  # None: hidden below, never imported
+
+
+def hide_torch(requests):
+    """transformers 5 probes torch with importlib.util.find_spec, which answers None for a
+    module set to None in sys.modules: what it sees in a torch-less install."""
+    if any(isinstance(r, dict) and r.get("trust_remote_code") for r in requests):
+        return
+    try:
+        from importlib.metadata import version
+
+        major = int(version("transformers").split(".")[0])
+    except Exception:  # no transformers (answered below), or a version string we cannot read
+        return
+    if major >= 5 and "torch" not in sys.modules:
+        sys.modules["torch"] = None
+
+
+def answer(index, request, version, unavailable=""):
+    kind = request.get("kind") if isinstance(request, dict) else None
+    base = {"index": index, "kind": kind, "transformers": version}
+    check = CHECKS.get(kind)
+    if check is None:
+        result = {"ok": False, "reason": f"unknown check kind {kind!r} (known: {', '.join(sorted(CHECKS))})"}
+    elif version is None:
+        result = {"ok": None, "reason": unavailable}
+    else:
+        try:
+            result = check(request)
+        except Exception as exc:  # the failure is the answer: the engine would fail the same way
+            result = {"ok": False, "reason": f"{type(exc).__name__}: {exc}".strip()[:1000]}
+    return dict(base, torch_loaded=torch_loaded(), **result)
+
+
+def answer_all(requests):
+    """Print one answer line per request, in order."""
+    hide_torch(requests)
+    version, unavailable = None, ""
+    try:
+        import transformers
+
+        version = str(transformers.__version__)
+    except Exception as exc:
+        unavailable = f"transformers is not importable here ({type(exc).__name__}: {exc})"[:500]
+    for index, request in enumerate(requests):
+        emit(answer(index, request, version, unavailable))
+
+
+def read_requests(argv):
+    if len(argv) > 1:
+        with open(argv[1], encoding="utf-8") as fh:
+            data = json.load(fh)
+    else:
+        data = json.load(sys.stdin)
+    if not isinstance(data, list):
+        raise ValueError("requests must be a JSON list")
+    return data
+
+
+def emit(result):
+    sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv):
+    try:
+        requests = read_requests(argv)
+    except (OSError, ValueError) as exc:
+        emit({"index": None, "ok": False, "reason": f"unreadable requests ({exc})"})
+        return 2
+    answer_all(requests)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
