@@ -7,6 +7,8 @@ doctor MODEL_DIR --card CARD [--json] [-- VLLM_ARGS...]
     2: usage error or verification impossible here
 triage PATH... [--card CARD] [--json]
     map failure logs (files, folders, .gz, JSON error reports) to the rule that fixes them
+explain [CODE]
+    the page of a code (R3b, L1, OOM, ...; any case) from the registry, or the list of codes
 launch -- VLLM_ARGS...
     what the image's entrypoint runs: preflight, then exec `vllm serve MODEL_DIR <repairs> ARGS`
 """
@@ -53,10 +55,15 @@ def _triage_args(tri) -> None:
     tri.add_argument("--json", action="store_true", help='print {"files": [...], "summary": {...}}')
 
 
+def _explain_args(exp) -> None:
+    exp.add_argument("code", nargs="?", help="a code such as R3b, L1 or OOM (any case); none lists every code")
+
+
 COMMANDS = {
     "preflight": ("print the plan the image would apply to a model", _preflight_args),
     "doctor": ("preflight with verification, as a table; exit 1 if the model will fail", _doctor_args),
     "triage": ("map failure logs to the rule that fixes them", _triage_args),
+    "explain": ("the page of a rule, build patch or triage code", _explain_args),
     "launch": ("preflight, then exec vllm serve (the image entrypoint)", None),
 }
 
@@ -111,6 +118,21 @@ def _doctor(opts, card: str, vllm_args: List[str]) -> int:
     return doctor(opts.model_dir, card, vllm_args, os.environ, opts.json)
 
 
+def _explain(code: Optional[str]) -> int:
+    from .codes import all_codes, index, lookup, page
+
+    codes = all_codes()
+    if code is None:
+        print(index(codes), end="")
+        return 0
+    entry = lookup(code, codes)
+    if entry is None:
+        print(f"explain: no code {code!r}; known: {', '.join(c.code for c in codes)}", file=sys.stderr)
+        return 2
+    print(page(entry), end="")
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ours, vllm_args = _split(argv)
@@ -122,6 +144,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if opts.command == "launch":
         print("launch takes no options of its own; vLLM arguments go after --", file=sys.stderr)
         return 2
+    if opts.command == "explain":
+        return _explain(opts.code)
     if opts.command == "triage":
         from .triage import run as triage
 

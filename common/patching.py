@@ -52,16 +52,34 @@ def package_dir(top: str) -> Optional[str]:
     return list(spec.submodule_search_locations)[0]
 
 
-def module_file(dotted: str) -> str:
-    """The source file of module `dotted` (a submodule of an installed package) for this Python."""
+def module_location(dotted: str) -> Optional[str]:
+    """Where module `dotted` lives for this Python, without importing it: a package's directory,
+    or a module's file (source or extension); None when it is not there."""
+    import importlib.machinery
+
     top, *rest = dotted.split(".")
     base = package_dir(top)
     if base is None:
-        raise PatchError(f"package {top!r} is not installed for this Python")
-    path = os.path.join(base, *rest) + ".py" if rest else os.path.join(base, "__init__.py")
-    if not os.path.isfile(path):
-        raise PatchError(f"module {dotted!r} has no source file under {base}")
-    return path
+        return None
+    path = os.path.join(base, *rest)
+    if os.path.isfile(os.path.join(path, "__init__.py")) or not rest:
+        return path
+    for suffix in [".py"] + list(importlib.machinery.EXTENSION_SUFFIXES):
+        if os.path.isfile(path + suffix):
+            return path + suffix
+    return None
+
+
+def module_file(dotted: str) -> str:
+    """The source file of module `dotted` (a submodule of an installed package) for this Python."""
+    location = module_location(dotted)
+    if location is None and package_dir(dotted.split(".")[0]) is None:
+        raise PatchError(f"package {dotted.split('.')[0]!r} is not installed for this Python")
+    if location is not None and os.path.isdir(location):
+        location = os.path.join(location, "__init__.py")
+    if location is None or not location.endswith(".py") or not os.path.isfile(location):
+        raise PatchError(f"module {dotted!r} has no source file for this Python")
+    return location
 
 
 def patch_file(path: str, transform: Callable[[str], str], write: bool = True) -> PatchResult:
@@ -103,6 +121,13 @@ def patch_file(path: str, transform: Callable[[str], str], write: bool = True) -
             os.unlink(tmp)
         raise PatchError(f"{path}: cannot be written ({exc.strerror or exc})") from None
     return PatchResult(path, "applied", backup)
+
+
+def is_docstring(stmt) -> bool:
+    """Whether a statement of a function body is its docstring (or another bare constant)."""
+    import ast
+
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
 
 
 def function_span(text: str, name: str, cls: Optional[str] = None):

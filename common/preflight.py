@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+from .codes import normalize
 from .facts import gather_facts
 from .log import say
 from .modeldir import ModelDir
@@ -48,7 +49,7 @@ def build_plan(model_dir: str, card: str, user_args: Sequence[str], env: Mapping
     ctx = Context(model=model, profile=profile, facts=plan.facts, user=user, env=env)
     skipped = _skipped_codes(env)
     for rule in REGISTRY:
-        if rule.code in skipped:
+        if normalize(rule.code) in skipped:
             say(f"{rule.code}: skipped (COMPAT_SKIP)")
             continue
         try:
@@ -113,8 +114,12 @@ def _materialize_overlays(plan: Plan, model: ModelDir, env: Mapping[str, str], v
 
 def _skipped_codes(env: Mapping[str, str]) -> set:
     """COMPAT_SKIP=R2,H1: rules an operator turned off for this start (an escape hatch short of
-    COMPAT_DISABLE, which turns off everything)."""
-    return {code.strip().upper() for code in env.get("COMPAT_SKIP", "").split(",") if code.strip()}
+    COMPAT_DISABLE, which turns off everything). Codes match in any case; an unknown one is said."""
+    skipped = {normalize(code) for code in env.get("COMPAT_SKIP", "").split(",") if code.strip()}
+    unknown = skipped - {normalize(rule.code) for rule in REGISTRY}
+    if unknown:
+        say(f"COMPAT_SKIP names {', '.join(sorted(unknown))}, which no runtime rule has; ignored")
+    return skipped
 
 
 def _write_work_file(plan: Plan, repair: Repair) -> None:

@@ -1,9 +1,8 @@
 """triage: from failure logs to the rule that fixes them.
 
-Each file (plain text, .gz, or a JSON error report) gets one code: a rule (R2, R3, R3b, R4, H1,
-R7), a build patch (L*), an honest class for what no repair fixes (OOM, DEVICE, GGUF, NETWORK,
-REMOTE_CODE), or `unknown`, with the evidence line and the fix. Signatures come from the rule
-modules themselves (one registry for repairs and triage) and from triage_classes.
+Each file (plain text, .gz, or a JSON error report) gets one code of the registry
+(common/codes.py): a runtime rule, a build patch (L*), an honest class for what no repair fixes
+(OOM, DEVICE, GGUF, NETWORK, REMOTE_CODE), or `unknown`, with the evidence line and the fix.
 
 Logs can be gigabytes: they are read in blocks, never whole. Each signature has a literal anchor
 (its longest plain substring), and anchors that share a short key are searched together: a block
@@ -20,8 +19,7 @@ import re
 import zlib
 
 from .log import say
-from .rules import REGISTRY
-from .triage_classes import BUILD_PATCHES, CARD_ALIASES, ENGINE_LIMITS
+from .codes import all_codes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,6 +32,12 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Regex syntax that ends a literal run; `\` followed by one of these letters is a class, not a literal.
 _META = set(".^$*+?{}[]|()")
 _CLASS_ESCAPES = set("dDsSwWbBAZ")
+# How a card shows up in a log's path when --card is not given.
+CARD_ALIASES = {
+    "iluvatar-bi100": ("iluvatar-bi100", "iluvatar", "bi100", "bi-100"),
+    "hygon-k100": ("hygon-k100", "hygon", "k100", "dcu"),
+    "nv-a100": ("nv-a100", "a100", "nvidia"),
+}
 
 
 # Short substrings that several anchors share: a block is searched once per key, not once per
@@ -92,17 +96,11 @@ def literal_anchor(pattern: str) -> str:
 
 
 def signatures() -> List[Signature]:
-    out = []
-    for rule in REGISTRY:
-        for pattern in rule.log_signatures:
-            out.append(Signature(rule.code, rule.title, rule.fix, pattern))
-    for code, title, fix, patterns in BUILD_PATCHES + ENGINE_LIMITS:
-        for pattern in patterns:
-            out.append(Signature(code, title, fix, pattern))
-    return out
+    """Every log signature of the registry, in its order: the first class that matches wins."""
+    return [Signature(entry.code, entry.title, entry.fix, pattern) for entry in all_codes() for pattern in entry.signatures]
 
 
-class Verdict:
+class Triaged:
     __slots__ = ("path", "code", "title", "evidence", "fix", "card", "problem")
 
     def __init__(self, path: str, card: Optional[str]) -> None:
@@ -199,8 +197,8 @@ def card_from_path(path: str) -> Optional[str]:
     return None
 
 
-def triage_file(path: str, card: Optional[str] = None, sigs: Optional[List[Signature]] = None) -> Verdict:
-    verdict = Verdict(path, card or card_from_path(path))
+def triage_file(path: str, card: Optional[str] = None, sigs: Optional[List[Signature]] = None) -> Triaged:
+    verdict = Triaged(path, card or card_from_path(path))
     sigs = sigs if sigs is not None else signatures()
     try:
         report = _json_report_text(path) if path.endswith(".json") else None
@@ -234,7 +232,7 @@ def expand(paths: Iterable[str]) -> Iterator[Tuple[str, Optional[str]]]:
             yield path, "no such file or directory"
 
 
-def summarize(verdicts: List[Verdict]) -> Dict:
+def summarize(verdicts: List[Triaged]) -> Dict:
     by_code: Dict[str, int] = {}
     by_card: Dict[str, Dict[str, int]] = {}
     for v in verdicts:
@@ -245,7 +243,7 @@ def summarize(verdicts: List[Verdict]) -> Dict:
             "by_card": {k: dict(sorted(v.items())) for k, v in sorted(by_card.items())}}
 
 
-def markdown(verdicts: List[Verdict], summary: Dict) -> str:
+def markdown(verdicts: List[Triaged], summary: Dict) -> str:
     def cell(text: str) -> str:
         return (text or "").replace("|", "\\|").replace("\n", " ")
 
@@ -266,14 +264,14 @@ def run(paths: List[str], card: Optional[str], as_json: bool) -> int:
     verdicts = []
     for path, problem in expand(paths):
         if problem:
-            verdict = Verdict(path, card or card_from_path(path))
+            verdict = Triaged(path, card or card_from_path(path))
             verdict.problem = problem
             say(f"triage: {path}: {problem}")
         else:
             try:
                 verdict = triage_file(path, card, sigs)
             except Exception as exc:  # one odd file must not cost the report on the others
-                verdict = Verdict(path, card or card_from_path(path))
+                verdict = Triaged(path, card or card_from_path(path))
                 verdict.problem = f"not triaged ({type(exc).__name__}: {exc})"
                 say(f"triage: {path}: {verdict.problem}")
         verdicts.append(verdict)

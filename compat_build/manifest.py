@@ -1,46 +1,54 @@
-"""Load and validate build_matrix.toml: every error names the card and the key."""
+"""Load and validate the release matrix (build_matrix.toml) and the cards it names
+(cards/<card>/card.toml): every error names the file, the section and the key.
+
+Standard library only: the release workflow's matrix job runs this on a bare runner Python.
+"""
 
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 if sys.version_info >= (3, 11):
     import tomllib
-else:  # pragma: no cover - build tooling runs on 3.11 here, 3.10 is allowed
+else:  # build tooling may run on 3.10 where the runner has tomli (envs/release/requirements.txt)
     import tomli as tomllib
+
+from common.codes import BUILD, BUILD_CHECK, BUILD_PATCH
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MANIFEST = os.path.join(ROOT, "build_matrix.toml")
 CARDS_DIR = os.path.join(ROOT, "cards")
+CARD_FILE = "card.toml"
 
 RELEASE_KEYS = {"registry": str, "image": str, "framework": str, "task_type": str, "api_base": str}
-CARD_KEYS = {
-    "base_image": str,
-    "python": str,
-    "gpu_type": str,
-    "vllm": str,
-    "transformers": str,
-    "snapshot_env": str,
-    "head_sizes": list,
-    "head_size_policy": str,
-    "build_patches": list,
+# card.toml: section -> {key: (type, required)}
+CARD_SCHEMA: Dict[str, Dict[str, Tuple[type, bool]]] = {
+    "image": {"base": (str, True), "python": (str, True)},
+    "engine": {
+        "vllm": (str, True),
+        "transformers": (str, True),
+        # The local venv `make profiles` snapshots (the card's engine, or a stand-in for it).
+        "snapshot_env": (str, True),
+        # An upstream vLLM source tree of the card's era (under .upstream/, `make upstream-src`),
+        # asked for the serve flags when snapshot_env has no build of the card's vLLM.
+        "vllm_source": (str, False),
+    },
+    "attention": {"head_sizes": (list, True), "head_size_policy": (str, True)},
+    "build": {
+        "patches": (list, True),
+        # L3: a folder of this card's patches/ whose *.py ops go into the vendor package ops_target.
+        "ops_dir": (str, False),
+        "ops_target": (str, False),
+    },
+    "platform": {"gpu_type": (str, True)},
 }
-# Optional per card, with their defaults.
-CARD_OPTIONAL = {
-    # An upstream vLLM source tree (under .upstream/, `make upstream-src`) of the card's era, asked
-    # for its serve flags when snapshot_env has no build of the card's vLLM fork.
-    "vllm_source": "",
-    # L3: the vendor package that receives cards/<card>/patched_ops (e.g. ixformer.functions).
-    "patched_ops_target": "",
-}
-# L1/L2: compat_build/image_steps/library_patches.py; L3: the card's patched_ops/ installer.
-BUILD_PATCHES = ("L1", "L2", "L3")
+BUILD_CODES = tuple(c.code for c in BUILD if c.kind in (BUILD_PATCH, BUILD_CHECK))
 HEAD_SIZE_POLICIES = ("flex-fallback", "flash-attn-pa-env", "paged-attn-patch")
 
 
 class ManifestError(ValueError):
-    """The manifest is wrong; the message says where."""
+    """The manifest or a card file is wrong; the message says where."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,10 @@ class Card:
     head_size_policy: str
     build_patches: Tuple[str, ...]
     vllm_source: str = ""
-    patched_ops_target: str = ""
+    ops_dir: str = ""
+    ops_target: str = ""
+    # cards/<name>/: the card's own files (card.toml, task_info.env, patches/).
+    folder: str = ""
 
 
 @dataclass(frozen=True)
@@ -65,66 +76,93 @@ class Manifest:
     cards: Dict[str, Card]
 
 
-def _check_keys(where: str, table: Any, schema: Dict[str, type], optional: Optional[Dict[str, Any]] = None) -> None:
+def _read_toml(path: str) -> Dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ManifestError(f"{os.path.relpath(path, ROOT)}: missing") from None
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot be read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ManifestError(f"{os.path.relpath(path, ROOT)}: not valid TOML ({exc})") from None
+
+
+def _check_table(where: str, table: Any, schema: Dict[str, Tuple[type, bool]]) -> Dict[str, Any]:
     if not isinstance(table, dict):
         raise ManifestError(f"{where}: must be a table")
     for key in table:
-        if optional and key in optional:
-            if not isinstance(table[key], type(optional[key])):
-                raise ManifestError(f"{where}: key {key!r} must be a {type(optional[key]).__name__}")
-        elif key not in schema:
+        if key not in schema:
             raise ManifestError(f"{where}: unknown key {key!r}")
-    for key, kind in schema.items():
+    for key, (kind, required) in schema.items():
         if key not in table:
-            raise ManifestError(f"{where}: missing key {key!r}")
-        if not isinstance(table[key], kind) or (kind is str and not table[key].strip()):
+            if required:
+                raise ManifestError(f"{where}: missing key {key!r}")
+            continue
+        value = table[key]
+        if not isinstance(value, kind) or (kind is str and not value.strip()):
             raise ManifestError(f"{where}: key {key!r} must be a non-empty {kind.__name__}")
+    return table
+
+
+def parse_card(name: str, data: Dict[str, Any], folder: str) -> Card:
+    """One card from its card.toml (already parsed); `folder` is where its patches live."""
+    where = f"cards/{name}/{CARD_FILE}"
+    for section in data:
+        if section not in CARD_SCHEMA:
+            raise ManifestError(f"{where}: unknown section [{section}]")
+    tables = {s: _check_table(f"{where} [{s}]", data.get(s), schema) for s, schema in CARD_SCHEMA.items()}
+    attention, build = tables["attention"], tables["build"]
+    sizes = attention["head_sizes"]
+    if not sizes or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
+        raise ManifestError(f"{where} [attention]: key 'head_sizes' must list positive integers")
+    if attention["head_size_policy"] not in HEAD_SIZE_POLICIES:
+        raise ManifestError(f"{where} [attention]: key 'head_size_policy' must be one of {', '.join(HEAD_SIZE_POLICIES)}")
+    unknown = [p for p in build["patches"] if p not in BUILD_CODES]
+    if unknown:
+        raise ManifestError(f"{where} [build]: key 'patches' names {unknown}, which are no build codes "
+                            f"(known: {', '.join(BUILD_CODES)}; `python3 -m common explain L1`)")
+    if "L3" in build["patches"]:
+        if not build.get("ops_dir") or not build.get("ops_target"):
+            raise ManifestError(f"{where} [build]: L3 needs keys 'ops_dir' (this card's folder of ops) and 'ops_target'")
+        ops = os.path.join(folder, build["ops_dir"])
+        if not os.path.isdir(ops) or not any(f.endswith(".py") for f in os.listdir(ops)):
+            raise ManifestError(f"{where} [build]: ops_dir {build['ops_dir']!r} holds no .py ops")
+    engine, image = tables["engine"], tables["image"]
+    return Card(name=name, base_image=image["base"], python=image["python"], gpu_type=tables["platform"]["gpu_type"],
+                vllm=engine["vllm"], transformers=engine["transformers"], snapshot_env=engine["snapshot_env"],
+                vllm_source=engine.get("vllm_source", ""), head_sizes=tuple(sorted(sizes)),
+                head_size_policy=attention["head_size_policy"], build_patches=tuple(build["patches"]),
+                ops_dir=build.get("ops_dir", ""), ops_target=build.get("ops_target", ""), folder=folder)
 
 
 def parse(data: Dict[str, Any], cards_dir: str = CARDS_DIR) -> Manifest:
     for key in data:
-        if key not in ("release", "cards"):
+        if key not in ("release", "matrix"):
             raise ManifestError(f"build_matrix.toml: unknown table {key!r}")
-    _check_keys("[release]", data.get("release"), RELEASE_KEYS)
-    raw_cards = data.get("cards")
-    if not isinstance(raw_cards, dict) or not raw_cards:
-        raise ManifestError("build_matrix.toml: no [cards.*] tables")
+    release = data.get("release")
+    _check_table("build_matrix.toml [release]", release, {k: (t, True) for k, t in RELEASE_KEYS.items()})
+    if "{card}" not in release["image"]:
+        raise ManifestError("build_matrix.toml [release]: key 'image' must contain {card} (one repository per card)")
+    matrix = _check_table("build_matrix.toml [matrix]", data.get("matrix"), {"cards": (list, True)})
+    names = matrix["cards"]
+    if not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+        raise ManifestError("build_matrix.toml [matrix]: key 'cards' must list distinct card names")
     cards = {}
-    for name, table in raw_cards.items():
-        where = f"[cards.{name}]"
-        _check_keys(where, table, CARD_KEYS, CARD_OPTIONAL)
-        sizes = table["head_sizes"]
-        if not sizes or not all(isinstance(s, int) and s > 0 for s in sizes):
-            raise ManifestError(f"{where}: key 'head_sizes' must list positive integers")
-        unknown = [p for p in table["build_patches"] if p not in BUILD_PATCHES]
-        if unknown:
-            raise ManifestError(f"{where}: key 'build_patches' names unknown patches {unknown} (known: {', '.join(BUILD_PATCHES)})")
-        if "L3" in table["build_patches"] and not table.get("patched_ops_target"):
-            raise ManifestError(f"{where}: L3 needs key 'patched_ops_target' (the vendor package receiving patched_ops/)")
-        if table["head_size_policy"] not in HEAD_SIZE_POLICIES:
-            raise ManifestError(f"{where}: key 'head_size_policy' must be one of {', '.join(HEAD_SIZE_POLICIES)}")
-        cards[name] = Card(name=name, head_sizes=tuple(sorted(sizes)),
-                           build_patches=tuple(table["build_patches"]),
-                           **{k: table.get(k, default) for k, default in CARD_OPTIONAL.items()},
-                           **{k: table[k] for k in CARD_KEYS if k not in ("head_sizes", "build_patches")})
+    for name in names:
+        folder = os.path.join(cards_dir, name)
+        if not os.path.isdir(folder):
+            raise ManifestError(f"build_matrix.toml [matrix]: card {name!r} has no folder cards/{name}/")
+        cards[name] = parse_card(name, _read_toml(os.path.join(folder, CARD_FILE)), folder)
     if os.path.isdir(cards_dir):
         for folder in sorted(os.listdir(cards_dir)):
             if os.path.isdir(os.path.join(cards_dir, folder)) and folder not in cards:
-                raise ManifestError(f"cards/{folder}: card folder without a [cards.{folder}] entry in build_matrix.toml")
-    if "{card}" not in data["release"]["image"]:
-        raise ManifestError("[release]: key 'image' must contain {card} (one repository per card)")
-    return Manifest(release=dict(data["release"]), cards=cards)
+                raise ManifestError(f"cards/{folder}: card folder not listed in build_matrix.toml [matrix] cards")
+    return Manifest(release=dict(release), cards=cards)
 
 
 def load(path: str = MANIFEST, cards_dir: str = CARDS_DIR) -> Manifest:
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except OSError as exc:
-        raise ManifestError(f"{path}: cannot be read ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ManifestError(f"{path}: not valid TOML ({exc})") from None
-    return parse(data, cards_dir)
+    return parse(_read_toml(path), cards_dir)
 
 
 def card_names(manifest: Manifest) -> List[str]:

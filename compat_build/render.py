@@ -2,10 +2,11 @@
 
 usage: python -m compat_build.render [CARD|all] [--out DIR]
 
-build/<card>/ holds: Dockerfile (compat_build/templates/Dockerfile.j2, or cards/<card>/Dockerfile.j2
-extending it as "base/Dockerfile.j2" where a card truly differs), card.json (the card's manifest entry for the profile
-step), entrypoint.sh, steps/ (the patching helper and image steps), runtime/common/ (the runtime
-package without tests or the repo's profiles: the image bakes its own), patched_ops/ for L3.
+build/<card>/ holds: Dockerfile (compat_build/templates/Dockerfile.j2, one template for every
+card), card.json (the card's entry for the profile step), entrypoint.sh, steps/ (the patching
+helper, the code registry, the shared patch library and the image steps), runtime/common/ (the
+runtime package without tests or the repo's profiles: the image bakes its own), and patches/
+(the card folder's own patches, e.g. BI-100's L3 ops) when the card has any.
 Rendering is deterministic: the same manifest and sources give the same bytes, file modes included.
 """
 
@@ -16,10 +17,10 @@ import shutil
 import sys
 from typing import Iterable, List, Optional
 
-from jinja2 import Environment, FileSystemLoader, PrefixLoader, StrictUndefined
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from . import manifest as manifest_mod
-from .image_steps.library_patches import PATCHES
+from .patches import PATCHES
 from .profiles import card_json
 
 ROOT = manifest_mod.ROOT
@@ -31,9 +32,11 @@ BUILD_DIR_DEFAULT = os.path.join(ROOT, "build")
 STEP_FILES = (
     ("common/__init__.py", "steps/common/__init__.py"),
     ("common/patching.py", "steps/common/patching.py"),
+    ("common/codes.py", "steps/common/codes.py"),
     ("compat_build/__init__.py", "steps/compat_build/__init__.py"),
     ("compat_build/snapshot_engine.py", "steps/compat_build/snapshot_engine.py"),
     ("compat_build/image_steps", "steps/compat_build/image_steps"),
+    ("compat_build/patches", "steps/compat_build/patches"),
 )
 # Never shipped in the runtime package.
 RUNTIME_EXCLUDE = ("tests", "__pycache__", "*.pyc")
@@ -69,14 +72,10 @@ def _normalize_modes(root: str) -> None:
 
 
 def dockerfile(card: manifest_mod.Card) -> str:
-    card_dir = os.path.join(ROOT, "cards", card.name)
-    # A card that truly differs has cards/<card>/Dockerfile.j2 with {% extends "base/Dockerfile.j2" %}.
-    loader = PrefixLoader({"base": FileSystemLoader(TEMPLATES), "card": FileSystemLoader(card_dir)})
-    env = Environment(loader=loader, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                      keep_trailing_newline=True, autoescape=False)
-    name = "card/Dockerfile.j2" if os.path.isfile(os.path.join(card_dir, "Dockerfile.j2")) else "base/Dockerfile.j2"
+    env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, trim_blocks=True,
+                      lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     library = [code for code in card.build_patches if code in PATCHES]
-    return env.get_template(name).render(card=card, home=HOME, library_patches=library)
+    return env.get_template("Dockerfile.j2").render(card=card, home=HOME, library_patches=library)
 
 
 def render_card(card: manifest_mod.Card, out_dir: str) -> str:
@@ -93,8 +92,9 @@ def render_card(card: manifest_mod.Card, out_dir: str) -> str:
     for src, dst in STEP_FILES:
         _copy(os.path.join(ROOT, src), os.path.join(ctx, dst))
     _copy(os.path.join(ROOT, "common"), os.path.join(ctx, "runtime", "common"), ignore=_runtime_ignore)
-    if "L3" in card.build_patches:
-        _copy(os.path.join(ROOT, "cards", card.name, "patched_ops"), os.path.join(ctx, "patched_ops"))
+    card_patches = os.path.join(card.folder, "patches")
+    if os.path.isdir(card_patches):
+        _copy(card_patches, os.path.join(ctx, "patches"))
     _normalize_modes(ctx)
     return ctx
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-OPS = ROOT / "cards" / "iluvatar-bi100" / "patched_ops"
+OPS = ROOT / "cards" / "iluvatar-bi100" / "patches" / "ixformer_ops"
 ENGINE_PY = ROOT / ".venv-engine" / "bin" / "python"
 
 
@@ -59,7 +59,7 @@ def test_broken_op_fails_the_build(tmp_path):
 
 def test_missing_vendor_package_fails_with_a_sentence(tmp_path):
     proc = run_step(tmp_path)
-    assert proc.returncode != 0 and "package 'ixformer' is not installed" in proc.stderr
+    assert proc.returncode != 0 and "ixformer.functions is not an installed package" in proc.stderr
 
 
 @pytest.mark.skipif(not ENGINE_PY.exists(), reason="no .venv-engine")

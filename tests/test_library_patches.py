@@ -133,7 +133,7 @@ def test_l2_decision_on_real_vllm_0_11_triton_backend(tmp_path):
     assert checked.stdout.split()[-3:] == ["1", "31", "31"]
     result = run(ENGINE, tmp_path / "shadow", "-m", "compat_build.image_steps.apply_patches", "L2")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("L2 unchanged: ")
+    assert result.stdout.startswith("L2 check passed: ")
     assert target.read_bytes() == original
 
 

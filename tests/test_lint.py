@@ -26,5 +26,3 @@ def test_shell_scripts_are_shellcheck_clean():
     scripts = ["common/entrypoint.sh", ".ci/run", *map(str, ROOT.glob("scripts/*.sh"))]
     proc = run(BIN / "shellcheck", "-S", "style", *scripts)
     assert proc.returncode == 0, proc.stdout
-    for card in ("nv-a100", "hygon-k100", "iluvatar-bi100"):
-        assert (ROOT / "cards" / card / "entrypoint.sh").resolve() == ROOT / "common" / "entrypoint.sh"

@@ -3,7 +3,8 @@ are exactly what the manifest plus a snapshot of the real engine packages give."
 
 import copy
 import os
-import sys
+import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,6 @@ from common.profile import load_profile
 from compat_build import manifest, profiles
 
 ROOT = Path(__file__).resolve().parents[1]
-if sys.version_info >= (3, 11):
-    import tomllib
-else:
-    import tomli as tomllib
 
 
 def raw():
@@ -23,24 +20,50 @@ def raw():
         return tomllib.load(fh)
 
 
-def test_manifest_loads_all_three_cards():
+def card_toml(name):
+    with open(ROOT / "cards" / name / "card.toml", "rb") as fh:
+        return tomllib.load(fh)
+
+
+def test_manifest_loads_all_three_cards_from_their_folders():
     m = manifest.load()
     assert sorted(m.cards) == ["hygon-k100", "iluvatar-bi100", "nv-a100"]
-    assert m.cards["nv-a100"].vllm == "0.11.0"
+    bi100 = m.cards["iluvatar-bi100"]
+    assert bi100.vllm == "0.5.5" and bi100.base_image.endswith("py3.10-poc-llm-infer:v1.2.3")
+    assert bi100.build_patches == ("L1", "L3") and bi100.ops_target == "ixformer.functions"
+    assert bi100.folder == str(ROOT / "cards" / "iluvatar-bi100")
+
+
+@pytest.mark.parametrize("card, mutate, message", [
+    ("nv-a100", lambda d: d["engine"].update(colour="red"), "cards/nv-a100/card.toml [engine]: unknown key 'colour'"),
+    ("hygon-k100", lambda d: d["image"].pop("base"), "cards/hygon-k100/card.toml [image]: missing key 'base'"),
+    ("nv-a100", lambda d: d.update(extra={}), "cards/nv-a100/card.toml: unknown section [extra]"),
+    ("nv-a100", lambda d: d["attention"].update(head_sizes=[0]), "[attention]: key 'head_sizes' must list positive"),
+    ("nv-a100", lambda d: d["attention"].update(head_sizes=[True]), "[attention]: key 'head_sizes' must list positive"),
+    ("nv-a100", lambda d: d["platform"].update(gpu_type=""), "[platform]: key 'gpu_type' must be a non-empty str"),
+    ("nv-a100", lambda d: d["build"].update(patches=["L9"]), "[build]: key 'patches' names ['L9'], which are no build codes"),
+    ("nv-a100", lambda d: d["build"].update(patches=["OOM"]), "[build]: key 'patches' names ['OOM']"),
+    ("iluvatar-bi100", lambda d: d["build"].pop("ops_target"), "[build]: L3 needs keys 'ops_dir'"),
+    ("iluvatar-bi100", lambda d: d["build"].update(ops_dir="nowhere"), "[build]: ops_dir 'nowhere' holds no .py ops"),
+    ("nv-a100", lambda d: d["engine"].update(vllm_source=3), "[engine]: key 'vllm_source' must be a non-empty str"),
+    ("nv-a100", lambda d: d["attention"].update(head_size_policy="hope"), "key 'head_size_policy' must be one of"),
+])
+def test_card_errors_name_file_section_and_key(card, mutate, message):
+    data = copy.deepcopy(card_toml(card))
+    mutate(data)
+    with pytest.raises(manifest.ManifestError) as err:
+        manifest.parse_card(card, data, str(ROOT / "cards" / card))
+    assert message in str(err.value)
 
 
 @pytest.mark.parametrize("mutate, message", [
-    (lambda d: d["cards"]["nv-a100"].update(colour="red"), "[cards.nv-a100]: unknown key 'colour'"),
-    (lambda d: d["cards"]["hygon-k100"].pop("base_image"), "[cards.hygon-k100]: missing key 'base_image'"),
-    (lambda d: d["cards"]["nv-a100"].update(head_sizes=[0]), "[cards.nv-a100]: key 'head_sizes'"),
-    (lambda d: d["cards"]["nv-a100"].update(gpu_type=""), "[cards.nv-a100]: key 'gpu_type' must be a non-empty str"),
     (lambda d: d["release"].pop("framework"), "[release]: missing key 'framework'"),
     (lambda d: d["release"].update(image="{registry}/compat"), "[release]: key 'image' must contain {card}"),
-    (lambda d: d["cards"]["nv-a100"].update(build_patches=["L9"]), "[cards.nv-a100]: key 'build_patches' names unknown"),
-    (lambda d: d["cards"]["iluvatar-bi100"].pop("patched_ops_target"), "[cards.iluvatar-bi100]: L3 needs key 'patched_ops_target'"),
-    (lambda d: d["cards"]["nv-a100"].update(vllm_source=3), "[cards.nv-a100]: key 'vllm_source' must be a str"),
+    (lambda d: d["matrix"]["cards"].append("nv-a100"), "[matrix]: key 'cards' must list distinct card names"),
+    (lambda d: d["matrix"]["cards"].append("mystery-x1"), "card 'mystery-x1' has no folder cards/mystery-x1/"),
+    (lambda d: d.update(cards={}), "build_matrix.toml: unknown table 'cards'"),
 ])
-def test_manifest_errors_name_card_and_key(mutate, message):
+def test_matrix_errors_name_table_and_key(mutate, message):
     data = copy.deepcopy(raw())
     mutate(data)
     with pytest.raises(manifest.ManifestError) as err:
@@ -48,11 +71,28 @@ def test_manifest_errors_name_card_and_key(mutate, message):
     assert message in str(err.value)
 
 
-def test_card_folder_without_manifest_entry(tmp_path):
-    for name in ("nv-a100", "hygon-k100", "iluvatar-bi100", "mystery-x1"):
-        (tmp_path / name).mkdir()
-    with pytest.raises(manifest.ManifestError, match="cards/mystery-x1: card folder without"):
-        manifest.parse(raw(), str(tmp_path))
+def test_a_card_is_one_folder_and_one_matrix_line(tmp_path):
+    """The README's worked example: copy a card folder, name it in the matrix, and it is a card."""
+    cards = tmp_path / "cards"
+    shutil.copytree(ROOT / "cards", cards)
+    shutil.copytree(cards / "nv-a100", cards / "nv-h100")
+    (cards / "nv-h100" / "card.toml").write_text(
+        (cards / "nv-a100" / "card.toml").read_text().replace('gpu_type = "nvidia_a100"', 'gpu_type = "nvidia_h100"'))
+    data = raw()
+    with pytest.raises(manifest.ManifestError, match="cards/nv-h100: card folder not listed"):
+        manifest.parse(data, str(cards))
+    data["matrix"]["cards"].append("nv-h100")
+    m = manifest.parse(data, str(cards))
+    assert m.cards["nv-h100"].gpu_type == "nvidia_h100"
+    assert manifest.image_ref(m, "nv-h100", "v1") == "harbor.4pd.io/enginex-compat/vllm-compat-nv-h100:v1"
+
+
+def test_a_card_file_that_is_not_toml_is_named(tmp_path):
+    cards = tmp_path / "cards"
+    shutil.copytree(ROOT / "cards", cards)
+    (cards / "hygon-k100" / "card.toml").write_text("[image\nbase = 1\n")
+    with pytest.raises(manifest.ManifestError, match="cards/hygon-k100/card.toml: not valid TOML"):
+        manifest.parse(raw(), str(cards))
 
 
 def test_every_card_folder_and_profile_exists():

@@ -29,11 +29,4 @@ REGISTRY: Tuple[Rule, ...] = (
 )
 
 
-def by_code(code: str) -> Rule:
-    for rule in REGISTRY:
-        if rule.code == code:
-            return rule
-    raise KeyError(code)
-
-
-__all__ = ["REGISTRY", "Context", "Outcome", "Rule", "by_code"]
+__all__ = ["REGISTRY", "Context", "Outcome", "Rule"]

@@ -31,10 +31,10 @@ def add_paged_attn_head_size(size: int) -> Callable[[str], str]:
     def transform(text: str) -> str:
         import ast
 
-        from ..patching import AnchorMissing, function_span  # only a start that patches pays for it
+        from ..patching import AnchorMissing, function_span, is_docstring  # only a start that patches pays for it
 
         node, lines = function_span(text, "get_supported_head_sizes", cls="PagedAttention")
-        body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        body = [s for s in node.body if not is_docstring(s)]
         ret = body[0] if len(body) == 1 else None
         if not (isinstance(ret, ast.Return) and isinstance(ret.value, ast.List) and ret.value.elts and all(
                 isinstance(e, ast.Constant) and type(e.value) is int for e in ret.value.elts)):

@@ -10,10 +10,9 @@ than hiding it. The check reads files only: neither torch nor the vendor package
 
 from __future__ import annotations
 
-import importlib.machinery
 import os
 
-from ..patching import package_dir
+from ..patching import module_location, package_dir
 from ..plan import Repair
 from .base import Context, Outcome, Rule
 
@@ -27,13 +26,7 @@ SHIMMED_MODULES = {
 
 def module_present(dotted: str) -> bool:
     """Whether `dotted` exists as a file or package under its top-level package (no import)."""
-    top, *rest = dotted.split(".")
-    base = package_dir(top)
-    if base is None:
-        return False
-    path = os.path.join(base, *rest)
-    return os.path.isfile(path + ".py") or os.path.isfile(os.path.join(path, "__init__.py")) or any(
-        os.path.isfile(path + suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES)
+    return module_location(dotted) is not None
 
 
 def engine_imports(model_file: str, dotted: str) -> bool:

@@ -2,7 +2,8 @@
 
 Every patch named here is required: a missing file or anchor prints one line naming the code,
 the file and the anchor, and exits 1 so the image build stops at this step. Prints one line per
-patch (applied / unchanged) otherwise.
+code otherwise: applied / unchanged for a patch, "check passed" for a build check (L2), which
+never changes the file.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from __future__ import annotations
 import sys
 from typing import List
 
+from common.codes import BUILD, BUILD_CHECK, lookup
 from common.patching import PatchError, module_file, patch_file
 
-from .library_patches import PATCHES
+from ..patches import PATCHES
 
 
 def main(argv: List[str]) -> int:
@@ -27,13 +29,15 @@ def main(argv: List[str]) -> int:
     for code in argv:
         patch = PATCHES[code]
         try:
-            path = module_file(patch.module)
+            path = module_file(patch.MODULE)
             result = patch_file(path, patch.transform)
         except PatchError as exc:
-            print(f"{code} FAILED: {patch.module}: {exc}", file=sys.stderr)
+            print(f"{code} FAILED: {patch.MODULE}: {exc}", file=sys.stderr)
             failed += 1
             continue
-        print(f"{code} {result.status}: {result.path}")
+        entry = lookup(code, BUILD)
+        status = "check passed" if entry is not None and entry.kind == BUILD_CHECK else result.status
+        print(f"{code} {status}: {result.path}")
     return 1 if failed else 0
 
 

@@ -1,7 +1,7 @@
 """L3: copy a card's patched ops into a vendor package and export them from its __init__.
 
 usage: python3 -m compat_build.image_steps.install_patched_ops OPS_DIR PACKAGE.SUBPACKAGE
-       (e.g. cards/iluvatar-bi100/patched_ops ixformer.functions)
+       (e.g. cards/iluvatar-bi100/patches/ixformer_ops ixformer.functions)
 
 The target is found through this interpreter's import machinery (the image's Python) without
 importing it. For each OPS_DIR/*.py except __init__.py: copy it in, and append
@@ -14,17 +14,13 @@ import os
 import shutil
 import sys
 
-from common.patching import PatchError, package_dir, patch_file
+from common.patching import PatchError, module_location, patch_file
 
 
 def find_package_dir(dotted: str) -> str:
-    top, *rest = dotted.split(".")
-    base = package_dir(top)
-    if base is None:
-        raise SystemExit(f"L3: package {top!r} is not installed for {sys.executable}")
-    path = os.path.join(base, *rest)
-    if not os.path.isfile(os.path.join(path, "__init__.py")):
-        raise SystemExit(f"L3: {dotted} has no __init__.py at {path}")
+    path = module_location(dotted)
+    if path is None or not os.path.isfile(os.path.join(path, "__init__.py")):
+        raise SystemExit(f"L3: {dotted} is not an installed package for {sys.executable}")
     return path
 
 
