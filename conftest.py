@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import stat
 import sys
 from pathlib import Path
@@ -11,20 +12,40 @@ import pytest
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from tests.fixtures.committed import COMMITTED, VARIANTS  # noqa: E402
 from tests.fixtures.factory import build  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def models(tmp_path_factory):
-    """Tiny models saved by their authors' transformers, built once per session on demand."""
+    """The committed tiny models (tests/fixtures/models: metadata only, saved by their authors'
+    transformers), copied once per session so no test can touch the committed files."""
     base = tmp_path_factory.mktemp("models")
     cache = {}
 
     def get(name: str) -> Path:
         if name not in cache:
-            saved_by, style = name.split("-", 1)
-            extra = ("--no-chat-template",) if style.endswith("-notemplate") else ()
-            cache[name] = build(saved_by, style.replace("-notemplate", ""), base / name, *extra)
+            if name not in VARIANTS:
+                raise KeyError(f"no committed fixture model {name!r} (have: {', '.join(VARIANTS)})")
+            shutil.copytree(COMMITTED / name, base / name)
+            shutil.copy(COMMITTED / f"{name}.author.json", base / f"{name}.author.json")
+            cache[name] = base / name
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def served_models(tmp_path_factory):
+    """The same tiny models with weights, built once per session on demand by their authors'
+    transformers (needs `make author-env`): what the real-engine tests serve."""
+    base = tmp_path_factory.mktemp("served")
+    cache = {}
+
+    def get(name: str) -> Path:
+        if name not in cache:
+            saved_by, style, options = VARIANTS[name]
+            cache[name] = build(saved_by, style, base / name, *options)
         return cache[name]
 
     return get

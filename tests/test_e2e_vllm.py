@@ -60,8 +60,8 @@ def triaged(path: Path) -> str:
     ("v5-generic", "ValueError: Tokenizer class TokenizersBackend does not exist or is not currently imported.", "R3b"),
     ("v5-qwen2", "AttributeError: 'list' object has no attribute 'keys'", "R3"),
 ])
-def test_vanilla_vllm_fails_on_transformers5_tokenizer(models, server, variant, line, code):
-    model = models(variant)
+def test_vanilla_vllm_fails_on_transformers5_tokenizer(served_models, server, variant, line, code):
+    model = served_models(variant)
     port = free_port()
     srv = server(serve_argv_vanilla(model, port), engine_env(), "vanilla")
     assert srv.wait_ready() is False
@@ -83,8 +83,8 @@ def serve_through_launcher(server, model: Path, work: Path, extra_args=()):
 
 # R5 too: transformers 5 keeps rope_theta only inside rope_parameters.
 @pytest.mark.parametrize("variant, codes", [("v5-generic", ["R3", "R3b", "R5"]), ("v5-qwen2", ["R3", "R5"])])
-def test_launcher_serves_transformers5_model_with_authors_ids(models, server, tmp_path, variant, codes):
-    model = models(variant)
+def test_launcher_serves_transformers5_model_with_authors_ids(served_models, server, tmp_path, variant, codes):
+    model = served_models(variant)
     author = json.loads(Path(str(model) + ".author.json").read_text())
     srv, _, report = serve_through_launcher(server, model, tmp_path / "work")
     assert [r["code"] for r in report["repairs"]] == codes and all(r["verified"] for r in report["repairs"])
@@ -95,8 +95,8 @@ def test_launcher_serves_transformers5_model_with_authors_ids(models, server, tm
     assert served_ids(srv, model, author["probe"]) == author["probe_ids"]
 
 
-def test_clean_model_gets_zero_args_and_serves(models, server, tmp_path):
-    model = models("457-generic")
+def test_clean_model_gets_zero_args_and_serves(served_models, server, tmp_path):
+    model = served_models("457-generic")
     srv, port, report = serve_through_launcher(server, model, tmp_path / "work")
     assert report["args"] == [] and report["env"] == {} and report["repairs"] == []
     assert f"[compat] exec vllm serve {model} --max-model-len 256 --port {port} --host 127.0.0.1" in srv.log()
@@ -134,8 +134,8 @@ def chat(srv: Server, model: Path):
                                              "messages": [{"role": "user", "content": "hello"}]})
 
 
-def test_r2_chat_without_template_400_vanilla_200_through_launcher(models, server, tmp_path):
-    model = models("457-generic-notemplate")
+def test_r2_chat_without_template_400_vanilla_200_through_launcher(served_models, server, tmp_path):
+    model = served_models("457-generic-notemplate")
     port = free_port()
     vanilla = server(serve_argv_vanilla(model, port), engine_env(), "vanilla")
     assert vanilla.wait_ready(), vanilla.log()[-3000:]
@@ -152,13 +152,13 @@ def test_r2_chat_without_template_400_vanilla_200_through_launcher(models, serve
     assert body["choices"][0]["message"]["role"] == "assistant"
 
 
-def test_r5_restores_rope_theta_greedy_tokens_match_transformers5(proof_models, models, server, tmp_path):
+def test_r5_restores_rope_theta_greedy_tokens_match_transformers5(proof_models, served_models, server, tmp_path):
     model = proof_models["rope"]
     author = author_record(model)
     n = len(author["reference_tokens"])
     # Vanilla, with a tokenizer 4.57 can load (same vocabulary): only the config differs.
     port = free_port()
-    argv = serve_argv_vanilla(model, port) + ["--tokenizer", str(models("457-generic"))] + GREEDY
+    argv = serve_argv_vanilla(model, port) + ["--tokenizer", str(served_models("457-generic"))] + GREEDY
     vanilla = server(argv, engine_env(), "vanilla")
     assert vanilla.wait_ready(), vanilla.log()[-3000:]
     assert greedy_tokens(vanilla, model, author["reference_prompt"], n) != author["reference_tokens"]
@@ -186,9 +186,9 @@ def test_r4_canonical_class_greedy_tokens_match_transformers(proof_models, serve
     assert got == author["reference_tokens"]
 
 
-def test_kv_cache_larger_than_memory_is_triaged_as_oom(models, server):
+def test_kv_cache_larger_than_memory_is_triaged_as_oom(served_models, server):
     """An honest class: the engine itself says the KV cache does not fit (no repair fixes that)."""
-    model = models("457-generic")
+    model = served_models("457-generic")
     port = free_port()
     argv = serve_argv_vanilla(model, port)
     argv[argv.index("--max-model-len") + 1] = "2000000"
