@@ -1,8 +1,16 @@
 """MoE shim figures (make bench): the shim's vectorised core against transformers 4.57's
 MixtralSparseMoeBlock on the same weights, and against a dense matmul of the same FLOPs.
 
-moe_shim_speedup_vs_reference      tokens/s of the shim core / tokens/s of the reference block
-moe_shim_fraction_of_dense_gemm    FLOP/s achieved by the shim core / FLOP/s of one dense matmul
+The shim has two paths: grouped (tokens grouped by expert; what runs normally) and static (every
+expert over every token, taken only under CUDA graph capture). Both are timed in the same run, at
+the prefill size (4096 tokens) and at a decode-like size (32 tokens). Each figure is the median
+over rounds in which every timed function ran once, so a noisy shared CPU skews them less.
+
+moe_shim_speedup_vs_reference             grouped path, prefill: tokens/s / tokens/s of the reference block
+moe_shim_capture_path_vs_reference        static path, prefill: tokens/s / tokens/s of the reference block
+moe_shim_decode_speedup_vs_reference      grouped path, decode-like size, same ratio
+moe_shim_decode_capture_path_vs_reference static path, decode-like size, same ratio
+moe_shim_fraction_of_dense_gemm           FLOP/s achieved by the grouped path / FLOP/s of one dense matmul
 """
 
 import statistics
@@ -15,19 +23,38 @@ from transformers import MixtralConfig
 from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common" / "shims"))
-from ixformer.contrib.vllm.layers import moe_forward  # noqa: E402
+from ixformer.contrib.vllm.layers import moe_forward, moe_forward_static  # noqa: E402
 
-TOKENS, HIDDEN, INTER, EXPERTS, TOP_K, RUNS = 4096, 512, 1024, 8, 2, 7
+TOKENS, DECODE_TOKENS, HIDDEN, INTER, EXPERTS, TOP_K, RUNS = 4096, 32, 512, 1024, 8, 2, 7
+MIN_SAMPLE_S = 0.02
 
 
-def median_time(fn) -> float:
-    fn()  # warm-up
+def rounds(fns: list) -> list:
+    """RUNS rounds of seconds per call, one entry per function in each round.
+
+    The functions alternate within a round, so load from elsewhere on a shared machine falls on
+    all of them alike and the per-round ratios stay meaningful. A sample batches enough calls to
+    last MIN_SAMPLE_S: a decode-size call takes well under a millisecond.
+    """
+    repeats = []
+    for fn in fns:
+        start = time.perf_counter()
+        fn()  # warm-up, and the call count per sample
+        repeats.append(max(1, int(MIN_SAMPLE_S / max(time.perf_counter() - start, 1e-9))))
     samples = []
     for _ in range(RUNS):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+        row = []
+        for fn, repeat in zip(fns, repeats, strict=True):
+            start = time.perf_counter()
+            for _ in range(repeat):
+                fn()
+            row.append((time.perf_counter() - start) / repeat)
+        samples.append(row)
+    return samples
+
+
+def median_of(samples: list, figure) -> float:
+    return statistics.median(figure(*row) for row in samples)
 
 
 def main() -> None:
@@ -37,17 +64,26 @@ def main() -> None:
     block = MixtralSparseMoeBlock(config).eval()
     w13 = torch.stack([torch.cat([e.w1.weight, e.w3.weight]) for e in block.experts]).contiguous()
     w2 = torch.stack([e.w2.weight for e in block.experts]).contiguous()
-    x = torch.randn(TOKENS, HIDDEN)
+    flops = TOKENS * TOP_K * 6 * HIDDEN * INTER
+    a, b = torch.randn(TOKENS * TOP_K, HIDDEN), torch.randn(HIDDEN, 3 * INTER)  # 2*M*K*N = the same FLOPs
     with torch.no_grad():
-        logits = block.gate(x)
-        t_ref = median_time(lambda: block(x.reshape(1, TOKENS, HIDDEN)))
-        t_shim = median_time(lambda: moe_forward(x, logits, w13, w2, TOP_K))
-        flops = TOKENS * TOP_K * 6 * HIDDEN * INTER
-        a, b = torch.randn(TOKENS * TOP_K, HIDDEN), torch.randn(HIDDEN, 3 * INTER)
-        t_dense = median_time(lambda: a @ b)  # 2*M*K*N = the same FLOPs
-    print(f"moe_shim_speedup_vs_reference: {t_ref / t_shim:.2f}")
-    print(f"moe_shim_fraction_of_dense_gemm: {(flops / t_shim) / (flops / t_dense):.2f}")
-    print(f"moe_shim_gflops: {flops / t_shim / 1e9:.1f}")
+        x, d = torch.randn(TOKENS, HIDDEN), torch.randn(DECODE_TOKENS, HIDDEN)
+        logits, d_logits = block.gate(x), block.gate(d)
+        prefill = rounds([lambda: block(x.reshape(1, TOKENS, HIDDEN)),
+                          lambda: moe_forward(x, logits, w13, w2, TOP_K),
+                          lambda: moe_forward_static(x, logits, w13, w2, TOP_K),
+                          lambda: a @ b])
+        decode = rounds([lambda: block(d.reshape(1, DECODE_TOKENS, HIDDEN)),
+                         lambda: moe_forward(d, d_logits, w13, w2, TOP_K),
+                         lambda: moe_forward_static(d, d_logits, w13, w2, TOP_K)])
+    print(f"moe_shim_speedup_vs_reference: {median_of(prefill, lambda ref, shim, static, dense: ref / shim):.2f}")
+    print(f"moe_shim_capture_path_vs_reference: {median_of(prefill, lambda ref, shim, static, dense: ref / static):.2f}")
+    print(f"moe_shim_decode_speedup_vs_reference: {median_of(decode, lambda ref, shim, static: ref / shim):.2f}"
+          f"  ({DECODE_TOKENS} tokens)")
+    print(f"moe_shim_decode_capture_path_vs_reference: {median_of(decode, lambda ref, shim, static: ref / static):.2f}"
+          f"  ({DECODE_TOKENS} tokens)")
+    print(f"moe_shim_fraction_of_dense_gemm: {median_of(prefill, lambda ref, shim, static, dense: dense / shim):.2f}")
+    print(f"moe_shim_gflops: {flops / median_of(prefill, lambda ref, shim, static, dense: shim) / 1e9:.1f}")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@ The BI-100 vLLM fork's mixtral.py imports `mixtral_decoder_layer_forward` from t
 some ixformer builds lack. The vendor function's signature is not public, so the shim reads its
 arguments defensively and computes what upstream vLLM's `MixtralDecoderLayer.forward` computes
 with the layer's own submodules; the sparse-MoE part runs on a vectorised core (tokens grouped
-by expert, no Python loop over tokens). Anything it cannot interpret raises a ShimError naming
-the shim and the call.
+by expert, no Python loop over tokens). While a CUDA graph is being captured (vLLM's decode
+graphs) the core switches to a static-shape path with no host synchronisation, because the
+grouped path reads per-expert counts on the host. Anything it cannot interpret raises a ShimError
+naming the shim and the call.
 """
 
 import inspect
@@ -20,21 +22,25 @@ class ShimError(TypeError):
     pass
 
 
-def moe_forward(hidden_states: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
-                top_k: int, renormalize: bool = True) -> torch.Tensor:
-    """Mixtral sparse MoE: softmax router, top-k, optional renormalisation, SiLU-gated experts.
-
-    hidden_states [T, H] (any leading shape is flattened); router_logits [T, E];
-    w13 [E, 2I, H] (gate rows then up rows, vLLM's fused layout); w2 [E, H, I].
-    """
-    shape = hidden_states.shape
-    x = hidden_states.reshape(-1, shape[-1])
-    tokens, num_experts = x.shape[0], w13.shape[0]
+def _route(router_logits: torch.Tensor, tokens: int, num_experts: int, top_k: int, renormalize: bool,
+           dtype: torch.dtype):
     weights = F.softmax(router_logits.reshape(tokens, num_experts), dim=-1, dtype=torch.float)
     weights, experts = torch.topk(weights, top_k, dim=-1)
     if renormalize:
         weights = weights / weights.sum(dim=-1, keepdim=True)
-    weights = weights.to(x.dtype)
+    return weights.to(dtype), experts
+
+
+def moe_forward_grouped(hidden_states: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor,
+                        w2: torch.Tensor, top_k: int, renormalize: bool = True) -> torch.Tensor:
+    """The MoE with tokens grouped by expert: each expert runs only on its own tokens.
+
+    Reads the per-expert token counts on the host, so it cannot run inside CUDA graph capture.
+    """
+    shape = hidden_states.shape
+    x = hidden_states.reshape(-1, shape[-1])
+    tokens, num_experts = x.shape[0], w13.shape[0]
+    weights, experts = _route(router_logits, tokens, num_experts, top_k, renormalize, x.dtype)
     # Group the (token, slot) pairs by expert with one sort; each expert then runs one matmul
     # over its contiguous slice of tokens.
     flat_experts = experts.reshape(-1)
@@ -56,6 +62,59 @@ def moe_forward(hidden_states: torch.Tensor, router_logits: torch.Tensor, w13: t
         y = (act @ w2[expert].t()) * weights.reshape(-1)[slots].unsqueeze(-1)
         out.index_add_(0, idx, y)
     return out.reshape(shape)
+
+
+def moe_forward_static(hidden_states: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor,
+                       w2: torch.Tensor, top_k: int, renormalize: bool = True) -> torch.Tensor:
+    """The same MoE with static shapes and no host synchronisation (safe in CUDA graph capture).
+
+    Every expert runs over every token; a dense [tokens, experts] routing matrix (the top-k
+    weights scattered, zero elsewhere) weights the results. It costs experts/top_k times the
+    grouped path's FLOPs, which is why it is used only while a graph is being captured.
+    """
+    shape = hidden_states.shape
+    x = hidden_states.reshape(-1, shape[-1])
+    tokens, num_experts = x.shape[0], w13.shape[0]
+    weights, experts = _route(router_logits, tokens, num_experts, top_k, renormalize, x.dtype)
+    routing = torch.zeros(tokens, num_experts, dtype=x.dtype, device=x.device).scatter_(1, experts, weights)
+    idle = torch.ones(tokens, num_experts, dtype=torch.bool, device=x.device).scatter_(1, experts, False)
+    out = torch.zeros_like(x)
+    inter = w2.shape[-1]
+    for expert in range(num_experts):
+        gate_up = x @ w13[expert].t()
+        act = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
+        y = (act @ w2[expert].t()).mul_(routing[:, expert:expert + 1])
+        # A zero weight alone would turn an unselected expert's inf into NaN (0 * inf); the
+        # grouped path never computes that expert for the token, so its result is masked out.
+        out.add_(y.masked_fill_(idle[:, expert:expert + 1], 0))
+    return out.reshape(shape)
+
+
+def static_moe_required(hidden_states: torch.Tensor) -> bool:
+    """Whether the MoE must take the static path: a CUDA graph is being captured on this stream.
+
+    vLLM captures its decode graphs unless --enforce-eager; the grouped path's host read of the
+    expert counts is illegal there. Only a CUDA tensor can be under capture, which also keeps a
+    CPU-only torch (whose capture query raises) from being asked.
+    """
+    if not hidden_states.is_cuda:
+        return False
+    try:
+        return bool(torch.cuda.is_current_stream_capturing())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def moe_forward(hidden_states: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
+                top_k: int, renormalize: bool = True) -> torch.Tensor:
+    """Mixtral sparse MoE: softmax router, top-k, optional renormalisation, SiLU-gated experts.
+
+    hidden_states [T, H] (any leading shape is flattened); router_logits [T, E];
+    w13 [E, 2I, H] (gate rows then up rows, vLLM's fused layout); w2 [E, H, I].
+    Grouped path normally, static path under CUDA graph capture (see static_moe_required).
+    """
+    path = moe_forward_static if static_moe_required(hidden_states) else moe_forward_grouped
+    return path(hidden_states, router_logits, w13, w2, top_k, renormalize)
 
 
 def _first(value):
@@ -127,4 +186,5 @@ def mixtral_decoder_layer_forward(layer, *args, **kwargs):
     return sparse_moe(layer.block_sparse_moe, hidden), residual
 
 
-__all__ = ["ShimError", "mixtral_decoder_layer_forward", "moe_forward", "sparse_moe"]
+__all__ = ["ShimError", "mixtral_decoder_layer_forward", "moe_forward", "moe_forward_grouped", "moe_forward_static",
+           "sparse_moe", "static_moe_required"]
