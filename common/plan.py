@@ -41,6 +41,10 @@ class Repair:
         self.env: Dict[str, str] = dict(env or {})
         self.overlay: Dict[str, Dict[str, Any]] = dict(overlay or {})
         self.hf_overrides: Dict[str, Any] = dict(hf_overrides or {})
+        # Top-level config.json keys this repair sets (a nested text_config is given whole). The
+        # planner carries them the best way the engine allows: --hf-overrides, --hf-config-path
+        # with a rewritten config.json, or a model view (common/model_view.py).
+        self.config_edits: Dict[str, Any] = {}
         # Path-like variables to extend: the value goes in front of what the environment has.
         self.path_prepend: Dict[str, str] = {}
         # A file this repair writes into the run's work dir, passed as `flag PATH`: (flag, name, text).
@@ -61,6 +65,8 @@ class Repair:
         }
         if self.hf_overrides:
             data["hf_overrides"] = dict(self.hf_overrides)
+        if self.config_edits:
+            data["config_edits"] = dict(self.config_edits)
         if self.verification:
             data["verification"] = self.verification
         return data
@@ -78,6 +84,9 @@ class Plan:
         self.work_dir: Optional[str] = None
         # The platform's arguments as they will be passed (a user --hf-overrides may absorb ours).
         self.user_args: List[str] = []
+        # What vLLM serves: the model directory, or a model view of it (then `view` says why).
+        self.model_path: str = model_dir
+        self.view: Optional[Dict[str, Any]] = None
 
     def add_finding(self, code: str, severity: str, message: str) -> None:
         self.findings.append(Finding(code, severity, message))
@@ -92,5 +101,7 @@ class Plan:
             "args": list(self.args),
             "env": dict(self.env),
             "user_args": list(self.user_args),
+            "model_path": self.model_path,
+            "view": self.view,
             "work_dir": self.work_dir,
         }
