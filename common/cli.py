@@ -98,7 +98,9 @@ def _print_human(plan_json: dict) -> None:
     print("findings:" if plan_json["findings"] else "findings: none")
     for f in plan_json["findings"]:
         print(f"  {f['code']:7} {f['severity']:8} {f['message']}")
-    print("vllm serve " + " ".join([plan_json["model_dir"]] + plan_json["args"] + plan_json["user_args"]))
+    if plan_json.get("view"):
+        print(f"model view: {plan_json['view']['path']} ({plan_json['view']['why']})")
+    print("vllm serve " + " ".join([plan_json["model_path"]] + plan_json["args"] + plan_json["user_args"]))
     for key, value in plan_json["env"].items():
         print(f"  env {key}={value}")
 

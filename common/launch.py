@@ -42,7 +42,8 @@ def vllm_argv(model_dir: str, plan: Optional[Plan], user_args: List[str]) -> Lis
     """`vllm serve MODEL <repair args> <user args>`: an argv list, never a shell string."""
     if plan is None:
         return ["vllm", "serve", model_dir] + list(user_args)
-    return ["vllm", "serve", model_dir] + plan.args + plan.user_args
+    served = plan.model_path if plan.view else model_dir  # a model view stands in for the model
+    return ["vllm", "serve", served] + plan.args + plan.user_args
 
 
 def launch(user_args: List[str], env: Mapping[str, str]) -> NoReturn:
