@@ -6,7 +6,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
-    from typing import Any, Dict, Optional
+    from typing import Any, Dict, Optional, Tuple
 
 # Sub-configs that hold the language model of multimodal and wrapper architectures.
 NESTED_TEXT_CONFIGS = ("text_config", "lm_config", "llm_config", "language_config")
@@ -28,13 +28,15 @@ def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def _text_config(config: Dict[str, Any]) -> Dict[str, Any]:
-    """The config that describes attention: the top level, or the nested language model's."""
-    for key in NESTED_TEXT_CONFIGS:
-        nested = config.get(key)
-        if isinstance(nested, dict) and not _states_attention(config):
-            return nested
-    return config
+def attention_config(config: Dict[str, Any]) -> Tuple[Optional[str], Dict[str, Any]]:
+    """The config that describes attention: (None, the top level), or the nested language
+    model's (its key, it) when the top level states no attention of its own."""
+    if not _states_attention(config):
+        for key in NESTED_TEXT_CONFIGS:
+            nested = config.get(key)
+            if isinstance(nested, dict):
+                return key, nested
+    return None, config
 
 
 def _states_attention(config: Dict[str, Any]) -> bool:
@@ -62,7 +64,7 @@ def _ratio(config: Dict[str, Any], hidden_key: str, heads_key: str) -> HeadSize:
 
 def detect_head_size(config: Dict[str, Any]) -> HeadSize:
     """Head size per the precedence of the engine: MLA sum, explicit head_dim, then ratios."""
-    cfg = _text_config(config)
+    cfg = attention_config(config)[1]
     if "qk_nope_head_dim" in cfg and "qk_rope_head_dim" in cfg:
         nope, rope = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"]
         source = "qk_nope_head_dim+qk_rope_head_dim"

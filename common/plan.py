@@ -10,7 +10,9 @@ TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, Tuple
 
-SEVERITIES = ("info", "warning", "error")
+# "unverified": the profile cannot say whether this engine would fail here (doctor then answers
+# "unknown", never "starts").
+SEVERITIES = ("info", "warning", "unverified", "error")
 
 
 class Finding:

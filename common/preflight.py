@@ -10,17 +10,18 @@ from .codes import normalize
 from .facts import gather_facts
 from .log import say
 from .modeldir import ModelDir
-from .overlay import build_overlay
+from .model_view import apply_verdict, carry
+from .overlay import build_overlay, tokenizer_file
 from .plan import Plan, Repair
 from .profile import load_profile
 from .rules import REGISTRY, Context
-from .verify import run_check
+from .verify import run_checks
 from .vllm_args import UserArgs, join_args
 from .workdir import make_run_dir
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
-    from typing import Dict, List, Mapping, Optional, Sequence
+    from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 TOKENIZER_OVERLAY = "tokenizer"
 
@@ -73,36 +74,45 @@ def build_plan(model_dir: str, card: str, user_args: Sequence[str], env: Mapping
             _write_work_file(plan, repair)
         if repair.engine_patch is not None:
             _patch_engine(plan, repair, patch_engine)
-    _materialize_overlays(plan, model, env, verify)
+    _materialize(plan, model, profile, user, env, verify, model_dir)
     _assemble(plan, user, env)
     _write_report(plan)
     return plan
 
 
-def _materialize_overlays(plan: Plan, model: ModelDir, env: Mapping[str, str], verify: bool) -> None:
+def _build_tokenizer_overlay(plan: Plan, model: ModelDir) -> Optional[Tuple[str, List[Repair]]]:
+    """The tokenizer overlay of the repairs that rewrite tokenizer files: (its path, those
+    repairs), or None when there are none or it could not be written (then they are dropped)."""
     overlay_repairs = [r for r in plan.repairs if r.overlay]
-    for repair in plan.repairs:
-        if not repair.overlay and repair.verified is None and not repair.verification:
-            repair.verified = True  # nothing beyond its own arguments to check
     if not overlay_repairs:
-        return
+        return None
     edits: Dict[str, List[Dict]] = {}
     for repair in overlay_repairs:
         for name, edit in repair.overlay.items():
             edits.setdefault(name, []).append(edit)
-    dest = os.path.join(plan.work_dir, TOKENIZER_OVERLAY)
-    build_overlay(model, dest, edits)
     codes = "+".join(r.code for r in overlay_repairs)
-    if verify:
-        verdict = run_check("tokenizer_check.py", [dest, model.path], env)
-        ok, reason = verdict.ok, verdict.reason
-    else:
-        ok, reason = None, "verification skipped (--no-verify)"
+    dest = os.path.join(plan.work_dir, TOKENIZER_OVERLAY) if plan.work_dir else None
+    try:
+        if dest is None:
+            raise OSError(0, "no writable work directory")
+        build_overlay(model, dest, edits, keep=tokenizer_file)
+    except (OSError, ValueError) as exc:  # no work dir, a full disk: the overlay repairs only are lost
+        reason = f"the overlay could not be written ({getattr(exc, 'strerror', None) or exc})"
+        for repair in overlay_repairs:
+            repair.verified, repair.verification = False, reason
+        plan.add_finding(overlay_repairs[0].code, "error", f"{codes} dropped: {reason}")
+        say(f"{codes} dropped: {reason}")
+        return None
     for repair in overlay_repairs:
         repair.args = ["--tokenizer", dest]
-        repair.verified = ok
-        repair.verification = reason
         say(f"{repair.code} {repair.title}: {repair.detail}")
+    return dest, overlay_repairs
+
+
+def _apply_tokenizer_verdict(plan: Plan, overlay_repairs: List[Repair], ok: Optional[bool], reason: str) -> None:
+    codes = "+".join(r.code for r in overlay_repairs)
+    for repair in overlay_repairs:
+        repair.verified, repair.verification = ok, reason
     if ok:
         say(f"{codes} verified: {reason}")
     else:
@@ -110,6 +120,35 @@ def _materialize_overlays(plan: Plan, model: ModelDir, env: Mapping[str, str], v
         message = f"{codes} dropped: verification {state}: {reason}"
         plan.add_finding(overlay_repairs[0].code, "error" if ok is False else "warning", message)
         say(message)
+
+
+def _materialize(plan: Plan, model: ModelDir, profile, user: UserArgs, env: Mapping[str, str], verify: bool,
+                 model_arg: str) -> None:
+    """Write what the repairs need beyond arguments (the tokenizer overlay, a rewritten config.json
+    or a model view) and verify all of it in one engine-Python process."""
+    tokenizer = _build_tokenizer_overlay(plan, model)
+    carried = carry(plan, model, profile, user)
+    for repair in plan.repairs:
+        if repair.verified is None and not repair.verification and not repair.overlay and not (
+                carried is not None and repair in carried.repairs and carried.config_dir):
+            repair.verified = True  # nothing beyond its own arguments to check
+    requests = []
+    if tokenizer is not None:
+        requests.append({"kind": "tokenizer", "overlay": tokenizer[0], "model": model.path})
+    if carried is not None and carried.config_dir:
+        requests.append(carried.request(user.has("--trust-remote-code")))
+    if not requests:
+        return
+    if verify:
+        verdicts = [(v.ok, v.reason, v.result) for v in run_checks(requests, env)]
+    else:
+        verdicts = [(None, "verification skipped (--no-verify)", {})] * len(requests)
+    if tokenizer is not None:
+        ok, reason, _ = verdicts.pop(0)
+        _apply_tokenizer_verdict(plan, tokenizer[1], ok, reason)
+    if carried is not None and carried.config_dir:
+        ok, reason, answer = verdicts.pop(0)
+        apply_verdict(plan, carried, ok, reason, answer, user, model_arg)
 
 
 def _skipped_codes(env: Mapping[str, str]) -> set:
@@ -124,8 +163,10 @@ def _skipped_codes(env: Mapping[str, str]) -> set:
 
 def _write_work_file(plan: Plan, repair: Repair) -> None:
     flag, name, text = repair.work_file
-    path = os.path.join(plan.work_dir, name)
+    path = os.path.join(plan.work_dir or "", name)
     try:
+        if not plan.work_dir:
+            raise OSError(0, "no writable work directory")
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
     except OSError as exc:
@@ -190,11 +231,14 @@ def _contains(haystack: List[str], needle: List[str]) -> bool:
 
 
 def _write_report(plan: Plan) -> None:
+    if not plan.work_dir:
+        say("report.json not written: no writable work directory")
+        return
     path = os.path.join(plan.work_dir, "report.json")
     try:
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(plan.to_json(), fh, indent=2, ensure_ascii=False)
             fh.write("\n")
         say(f"report: {path}")
-    except OSError as exc:
-        say(f"report.json could not be written ({exc.strerror})")
+    except (OSError, ValueError) as exc:  # ValueError: text the file's encoding cannot hold
+        say(f"report.json could not be written ({getattr(exc, 'strerror', None) or exc})")

@@ -19,6 +19,10 @@ PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles
 IMAGE_CARD_FILE = os.path.join(PROFILE_DIR, "IMAGE_CARD")
 
 
+def _optional_set(values: Any) -> Optional[FrozenSet[str]]:
+    return frozenset(values) if values else None
+
+
 class Profile:
     def __init__(self, data: Dict[str, Any]) -> None:
         engine = data["engine"]
@@ -37,6 +41,14 @@ class Profile:
         # `vllm serve` flags as EngineArgs field names (hf_overrides, rope_theta, ...); None: unknown.
         raw_args = engine.get("engine_args")
         self.engine_args: Optional[FrozenSet[str]] = None if raw_args is None else frozenset(raw_args)
+        # The facts below are None where the profile cannot say (a profile made before they were
+        # recorded, or without the engine's vLLM at hand): rules then say "unverified", never guess.
+        self.transformers_backend: Optional[bool] = engine.get("transformers_backend")
+        self.backend_architectures: FrozenSet[str] = frozenset(engine.get("backend_compatible_architectures") or ())
+        self.quantization_methods: Optional[FrozenSet[str]] = _optional_set(engine.get("quantization_methods"))
+        self.head_dim_none_fallback: Optional[bool] = engine.get("head_dim_none_fallback")
+        self.null_head_dim_model_types: FrozenSet[str] = frozenset(engine.get("null_head_dim_model_types") or ())
+        self.config_model_types: Optional[FrozenSet[str]] = _optional_set(engine.get("config_model_types"))
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> Profile:
@@ -48,10 +60,18 @@ class Profile:
         return name in self.tokenizer_classes or base in self.tokenizer_classes or (
             base + "Fast") in self.tokenizer_classes
 
-
     def accepts(self, field: str) -> Optional[bool]:
         """Whether this engine's `vllm serve` has the flag of EngineArgs field `field` (None: unknown)."""
         return None if self.engine_args is None else field in self.engine_args
+
+    def servable_architectures(self) -> Optional[FrozenSet[str]]:
+        """Classes this engine starts: its registry, plus what its Transformers backend takes
+        (vLLM 0.11 falls back to it by itself). None: the profile has no registry snapshot."""
+        if self.architectures is None:
+            return None
+        if self.transformers_backend:
+            return self.architectures | (self.backend_architectures & self.transformers_architectures)
+        return self.architectures
 
 
 def image_card() -> Optional[str]:

@@ -8,10 +8,10 @@ package that is absent yields an empty list, never an invented one.
 import json
 import sys
 from importlib import metadata
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 
-def _version(dist: str) -> str:
+def _dist_version(dist: str) -> str:
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -19,11 +19,126 @@ def _version(dist: str) -> str:
 
 
 def vllm_architectures() -> List[str]:
+    """What the engine's model registry serves: the public `get_supported_archs()` (it also sees
+    what plugins register, as vendor forks do), else the private table of older versions."""
     try:
-        from vllm.model_executor.models.registry import _VLLM_MODELS
+        from vllm import ModelRegistry
     except Exception:  # no vLLM, or one that cannot import here: unknown, not empty
         return []
+    try:
+        return sorted(ModelRegistry.get_supported_archs())
+    except Exception:
+        pass
+    try:
+        from vllm.model_executor.models.registry import _VLLM_MODELS
+    except Exception:
+        return []
     return sorted(_VLLM_MODELS)
+
+
+def transformers_backend() -> Optional[bool]:
+    """Whether the engine's vLLM serves architectures it lacks through transformers' own classes
+    (vLLM >= 0.6: `--model-impl transformers`, and by itself for unregistered classes); None when
+    no vLLM can be asked."""
+    try:
+        from vllm import ModelRegistry
+    except Exception:
+        return None
+    return hasattr(ModelRegistry, "_try_resolve_transformers")
+
+
+def backend_compatible_architectures() -> List[str]:
+    """transformers model classes whose `is_backend_compatible()` is True (the attribute
+    `_supports_attention_backend`, set on a class or inherited from one): the only ones vLLM's
+    Transformers backend takes. Read from the modeling sources: importing them needs torch and
+    minutes."""
+    import ast
+    import glob
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    root = list(spec.submodule_search_locations)[0]
+    bases: Dict[str, List[str]] = {}
+    flags: Dict[str, bool] = {}
+    for path in glob.glob(os.path.join(root, "models", "*", "modeling_*.py")):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases.setdefault(node.name, [b.id for b in node.bases if isinstance(b, ast.Name)])
+            for stmt in node.body:
+                if (isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_supports_attention_backend"
+                                                         for t in stmt.targets)
+                        and isinstance(stmt.value, ast.Constant)):
+                    flags[node.name] = bool(stmt.value.value)
+
+    def compatible(name: str, seen: frozenset = frozenset()) -> bool:
+        if name in flags:
+            return flags[name]
+        return any(compatible(b, seen | {name}) for b in bases.get(name, []) if b not in seen)
+
+    return sorted(name for name in bases if compatible(name))
+
+
+def quantization_methods() -> List[str]:
+    """The `quant_method` names the engine's vLLM can load (empty: no vLLM to ask)."""
+    try:
+        from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
+    except Exception:
+        return []
+    return sorted(QUANTIZATION_METHODS)
+
+
+def head_dim_none_fallback() -> Optional[bool]:
+    """Whether the engine's `ModelConfig.get_head_size` falls back to hidden/heads when the config
+    holds `head_dim = None` (0.11 does; 0.5.5 returns the None and fails later). Asked of the
+    engine's own method with a stand-in config; None when it cannot be asked."""
+    from types import SimpleNamespace
+
+    try:
+        from vllm.config import ModelConfig
+    except Exception:
+        return None
+    text = SimpleNamespace(model_type="llama", head_dim=None, hidden_size=64, num_attention_heads=4)
+    fake = SimpleNamespace(hf_text_config=text, hf_config=text, is_deepseek_mla=False, use_mla=False,
+                           is_attention_free=False)
+    try:
+        return ModelConfig.get_head_size(fake) == 16
+    except Exception:
+        return None
+
+
+def null_head_dim_model_types() -> List[str]:
+    """model_types whose config class of this transformers sets `head_dim` to None when
+    config.json has none (MixtralConfig in 4.55): an engine that reads head_dim without a
+    fallback then fails. Asked of each config class itself; classes that cannot be built with
+    their defaults are left out (unknown, never guessed)."""
+    try:
+        from transformers import CONFIG_MAPPING
+    except Exception:
+        return []
+    import warnings
+
+    found = []
+    for model_type in list(CONFIG_MAPPING.keys()):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                config = CONFIG_MAPPING[model_type]()
+        except Exception:
+            continue
+        for candidate in (config, getattr(config, "text_config", None)):
+            if candidate is not None and hasattr(candidate, "head_dim") and candidate.head_dim is None:
+                found.append(model_type)
+                break
+    return sorted(found)
 
 
 def _mapping_names(module: str) -> Dict[str, Any]:
@@ -75,7 +190,9 @@ def transformers_tables() -> Dict[str, Any]:
         for v in table.values():
             known.update(v if isinstance(v, (tuple, list)) else (v,))
     causal = model_tables.get("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", {})
+    config_types = _mapping_names("transformers.models.auto.configuration_auto").get("CONFIG_MAPPING_NAMES", {})
     return {
+        "config_model_types": sorted(config_types),
         "tokenizer_classes": sorted(classes),
         "tokenizer_model_types": sorted(model_types),
         "model_type_architectures": {k: v for k, v in sorted(causal.items()) if isinstance(v, str)},
@@ -111,10 +228,15 @@ def engine_args(vllm_source: str = "") -> List[str]:
 
 def snapshot(vllm_source: str = "") -> Dict[str, Any]:
     data: Dict[str, Any] = {
-        "vllm_version": _version("vllm"),
-        "transformers_version": _version("transformers"),
+        "vllm_version": _dist_version("vllm"),
+        "transformers_version": _dist_version("transformers"),
         "architectures": vllm_architectures(),
         "engine_args": engine_args(vllm_source),
+        "transformers_backend": transformers_backend(),
+        "backend_compatible_architectures": backend_compatible_architectures(),
+        "quantization_methods": quantization_methods(),
+        "head_dim_none_fallback": head_dim_none_fallback(),
+        "null_head_dim_model_types": null_head_dim_model_types(),
     }
     data.update(transformers_tables())
     return data

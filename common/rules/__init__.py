@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from . import (
     h1_head_size,
+    h2_null_head_dim,
     r2_chat_template,
     r3_extra_special_tokens,
     r3b_tokenizer_class,
@@ -25,6 +26,7 @@ REGISTRY: Tuple[Rule, ...] = (
     r4_architectures.RULE,
     r5_config_format.RULE,
     h1_head_size.RULE,
+    h2_null_head_dim.RULE,
     r7_vendor_module_shim.RULE,
 )
 

@@ -1,34 +1,36 @@
 """R4: `architectures` names a class the card's vLLM does not register.
 
-vLLM 0.11.0 already serves such a model through its Transformers backend when the engine's
-transformers has the class: there nothing is added. When neither knows the class (a fine-tune
-exported under its own class name, or a class from a newer release) but the engine's transformers
-knows the config's `model_type`, that model_type's canonical causal-LM class (from transformers'
-auto mappings, snapshotted into the card profile) is what transformers itself would build for the
-weights, and the repair points `--hf-overrides {"architectures": [...]}` at it. A hand-listed
-alias is used only when a test proves it. Otherwise the finding names the class and says the
-model needs a newer engine; nothing is added. A user's `--hf-overrides` is merged, not replaced.
+What the engine can serve is read from its profile: its model registry and, on engines that
+have one (vLLM 0.11), its Transformers backend with the classes that backend takes
+(`is_backend_compatible()`: T5 is not). A class the backend takes is left to it (vLLM falls back
+by itself). Otherwise, when the engine's transformers knows the config's `model_type`, that
+model_type's canonical causal-LM class (transformers' auto mapping, snapshotted into the
+profile) is what transformers itself would build for the weights: if the engine serves that
+class, the repair serves the model as it (`--hf-overrides {"architectures": [...]}` where the
+engine has the flag, a model view with a rewritten config.json on vLLM 0.5.5). Otherwise the
+finding names the class and says the model needs a newer engine; nothing is added. A profile
+without a registry snapshot cannot tell: the finding says "unverified".
 """
 
 from __future__ import annotations
 
-from ..architecture_aliases import ALIASES
 from ..plan import Repair
 from .base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
-    from typing import Optional
+    from typing import List, Optional
 
 
 class Architectures(Rule):
     code = "R4"
     title = "architecture not registered in the engine"
     doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "--hf-overrides architectures -> the model_type's canonical class (or a proven alias); else a newer engine"
+    fix = "serve as the model_type's canonical class (--hf-overrides or a model view); else a newer engine"
     log_signatures = (
         r"Model architectures \[[^\]]*\] are not supported for now",
         r"\S+ is not a registered model in the Transformers library",
+        r"The Transformers implementation of \S+ is not compatible with vLLM",
     )
 
     def check(self, ctx: Context) -> Outcome:
@@ -42,41 +44,51 @@ class Architectures(Rule):
                 "warning", f"config.json architectures is {raw!r}, not a list of class names; not checked"))
             return outcome
         profile = ctx.profile
-        if profile.architectures is None:
-            return outcome  # this profile has no vLLM registry; the image's own snapshot has one
-        unknown = [a for a in raw if a not in profile.architectures]
-        if not unknown:
+        registry = profile.architectures
+        if registry is None:
+            outcome.findings.append(self.finding(
+                "unverified", f"this profile of {profile.card} has no snapshot of vLLM's model registry; "
+                              f"whether it serves {', '.join(raw)} is known only inside the image"))
             return outcome
-        if all(a in profile.transformers_architectures for a in unknown):
+        unknown = [a for a in raw if a not in registry]
+        if len(unknown) < len(raw):
+            return outcome  # vLLM takes the first class of the list it registers
+        servable = profile.servable_architectures() or registry
+        if any(a in servable for a in unknown):
             outcome.findings.append(self.finding(
                 "info", f"{', '.join(unknown)} not registered in vLLM {profile.vllm_version}; it serves the model "
                         f"through its Transformers backend (transformers {profile.transformers_version} has the class)"))
             return outcome
-        target = self._target(ctx, unknown)
-        if target is None:
-            model_type = ctx.facts.get("model_type")
-            outcome.findings.append(self.finding(
-                "error", f"architecture {', '.join(unknown)} (model_type {model_type!r}) is known neither to vLLM "
-                         f"{profile.vllm_version} nor to transformers {profile.transformers_version}: this model "
-                         "needs a newer engine"))
+        model_type: Optional[str] = ctx.facts.get("model_type")
+        target = profile.model_type_architectures.get(model_type or "")
+        if target and target in servable:
+            outcome.repairs.append(self._repair(unknown, target, model_type, profile.transformers_version))
             return outcome
-        target_class, why = target
-        outcome.repairs.append(Repair(
-            self.code, self.title, f"{', '.join(unknown)} is unknown to this engine; serving as {target_class} ({why})",
-            hf_overrides={"architectures": [target_class]}))
+        outcome.findings.append(self.finding("error", self._why_not(ctx, unknown, model_type, target)))
         return outcome
 
+    def _repair(self, unknown: List[str], target: str, model_type: Optional[str], version: str) -> Repair:
+        repair = Repair(self.code, self.title,
+                        f"{', '.join(unknown)} is unknown to this engine; serving as {target} (the canonical class "
+                        f"of model_type {model_type!r} in transformers {version})")
+        repair.config_edits = {"architectures": [target]}
+        return repair
+
     @staticmethod
-    def _target(ctx: Context, unknown):
+    def _why_not(ctx: Context, unknown: List[str], model_type: Optional[str], target: Optional[str]) -> str:
         profile = ctx.profile
-        servable = profile.architectures | profile.transformers_architectures  # type: ignore[operator]
-        if len(unknown) == 1 and ALIASES.get(unknown[0]) in servable:
-            return ALIASES[unknown[0]], "proven alias"
-        model_type: Optional[str] = ctx.facts.get("model_type")
-        canonical = profile.model_type_architectures.get(model_type or "")
-        if canonical and canonical in servable:
-            return canonical, f"the canonical class of model_type {model_type!r} in transformers {profile.transformers_version}"
-        return None
+        names = ", ".join(unknown)
+        engine = f"vLLM {profile.vllm_version}"
+        if target and target not in (profile.servable_architectures() or ()):
+            return (f"architecture {names} (model_type {model_type!r}): {engine} serves neither it nor the "
+                    f"model_type's class {target}: this model needs a newer engine")
+        if profile.transformers_backend and all(a in profile.transformers_architectures for a in unknown):
+            return (f"architecture {names} is not registered in {engine}, and its Transformers backend does not "
+                    f"take it (is_backend_compatible() is False in transformers {profile.transformers_version}): "
+                    "this model needs a newer engine")
+        backend = "" if profile.transformers_backend else f" ({engine} has no Transformers backend)"
+        return (f"architecture {names} (model_type {model_type!r}) is known neither to {engine} nor, as a "
+                f"servable class, to transformers {profile.transformers_version}{backend}: this model needs a newer engine")
 
 
 RULE = Architectures()

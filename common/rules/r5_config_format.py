@@ -5,17 +5,20 @@ top-level `rope_theta` / `rope_scaling`; transformers 4.x does not look inside `
 and silently uses the class default (rope_theta 10000 instead of 1e6): the model loads and
 generates wrong text, with no error anywhere. It also writes `dtype` where transformers before
 4.56 reads only `torch_dtype` (the BI-100 stack, 4.55): vLLM 0.5.5 then takes the model for
-float32 and, with `--dtype auto`, serves a bfloat16 model in float16 (overflow-prone).
-The repair restores exactly the values the engine would lose: through `--hf-overrides` where the
-card's vLLM has it (0.6.x and later), else through `--rope-theta` / `--rope-scaling` / `--dtype`.
-vLLM applies `--hf-overrides` with setattr on the top-level config, so values lost inside a nested
-`text_config` cannot be restored that way: they are reported as a finding.
+float32 and, with `--dtype auto`, serves a bfloat16 model in float16 (overflow-prone); a dtype is
+restored only where it changes what `auto` picks. The repair restores exactly the values the
+engine would lose: through `--hf-overrides` where the card's vLLM has it (0.6.x and later), else
+through `--rope-theta` / `--rope-scaling` / `--dtype`, and what no flag carries through a model
+view with a rewritten config.json. Values lost inside a nested `text_config` are reported as a
+finding for now.
 """
 
 from __future__ import annotations
 
 import json
+import math
 
+from ..headsize import NESTED_TEXT_CONFIGS as NESTED
 from ..plan import Repair
 from .base import Context, Outcome, Rule
 
@@ -23,12 +26,16 @@ TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple
 
-NESTED = ("text_config", "lm_config", "llm_config", "language_config")
 # transformers reads `dtype` from this version on (before: `torch_dtype` only).
 DTYPE_KEY_SINCE = (4, 56)
 # The dtype names a config may carry; anything else is never passed on (a model's string must
 # not become a flag: `--dtype --trust-remote-code` would be two arguments to vLLM).
 CONFIG_DTYPES = ("float16", "bfloat16", "float32", "float64", "half", "float")
+# What `--dtype auto` serves for each config dtype, in vLLM 0.5.5 as in 0.11: a float32 config
+# is served in half precision. A lost dtype is restored only where it changes that choice (a
+# `dtype: float32` model lost to 4.55 is served in float16 either way; `--dtype float32` would
+# double its weight memory), i.e. where the engine would pick differently for float32.
+AUTO_SERVES = {"float32": "float16", "float": "float16", "float64": "float16"}
 # rope_parameters keys that are not part of a 4.x `rope_scaling` dict.
 NOT_SCALING = ("rope_theta", "partial_rotary_factor")
 
@@ -41,23 +48,72 @@ def _version(text: str) -> Tuple[int, ...]:
     return tuple(parts)
 
 
-def lost_values(config: Dict[str, Any], transformers_version: str) -> Dict[str, Any]:
-    """The top-level config keys the engine's transformers would lose, with their values."""
+def _number(value: Any, low: float = 0.0, high: float = math.inf, low_open: bool = True) -> bool:
+    """A JSON number (not a boolean) that is finite and in range: NaN, Infinity and 1e400 are not."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        number = float(value)
+    except OverflowError:
+        return False
+    return math.isfinite(number) and (number > low if low_open else number >= low) and number <= high
+
+
+def _scaling_ok(scaling: Dict[str, Any]) -> Optional[str]:
+    """Why a rope_scaling dict must not be passed on, or None. Its values are text, flags
+    (`truncate`), null, finite non-negative numbers or lists of them (longrope's factors)."""
+    for key, value in scaling.items():
+        if key == "factor" and not _number(value):
+            return f"factor is {_shown(value)}"
+        if isinstance(value, (str, bool)) or value is None or _number(value, low_open=False):
+            continue
+        if isinstance(value, list) and all(_number(v, low_open=False) for v in value):
+            continue
+        return f"{key} is {_shown(value)}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    try:
+        text = json.dumps(value)
+    except (ValueError, TypeError, RecursionError):
+        text = type(value).__name__
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def lost_values(config: Dict[str, Any], transformers_version: str, refused: Optional[List[str]] = None) -> Dict[str, Any]:
+    """The top-level config keys the engine's transformers would lose, with their values. Only
+    sane values are restored (a finite positive rope_theta, ...); each other one is described in
+    `refused` when given."""
     lost: Dict[str, Any] = {}
+    refused = refused if refused is not None else []
     rope = config.get("rope_parameters")
     if isinstance(rope, dict):
         theta = rope.get("rope_theta")
-        if isinstance(theta, (int, float)) and not isinstance(theta, bool) and theta > 0 and "rope_theta" not in config:
-            lost["rope_theta"] = theta
+        if "rope_theta" in rope and "rope_theta" not in config:
+            if _number(theta):
+                lost["rope_theta"] = theta
+            else:
+                refused.append(f"rope_parameters.rope_theta is {_shown(theta)}, not a finite positive number")
         factor = rope.get("partial_rotary_factor")
-        if isinstance(factor, (int, float)) and "partial_rotary_factor" not in config:
-            lost["partial_rotary_factor"] = factor
+        if "partial_rotary_factor" in rope and "partial_rotary_factor" not in config:
+            if _number(factor, high=1.0):
+                lost["partial_rotary_factor"] = factor
+            else:
+                refused.append(f"rope_parameters.partial_rotary_factor is {_shown(factor)}, not a number in (0, 1]")
         kind = rope.get("rope_type", rope.get("type"))
         if isinstance(kind, str) and kind != "default" and config.get("rope_scaling") is None:
-            lost["rope_scaling"] = {k: v for k, v in rope.items() if k not in NOT_SCALING}
+            scaling = {k: v for k, v in rope.items() if k not in NOT_SCALING}
+            why = _scaling_ok(scaling)
+            if why is None:
+                lost["rope_scaling"] = scaling
+            else:
+                refused.append(f"rope_parameters ({kind} scaling): {why}, not a sane value")
     dtype = config.get("dtype")
     if dtype in CONFIG_DTYPES and "torch_dtype" not in config and _version(transformers_version) < DTYPE_KEY_SINCE:
-        lost["torch_dtype"] = dtype
+        # The engine's transformers reads no dtype: the engine takes the model for float32.
+        if AUTO_SERVES.get(dtype, dtype) != AUTO_SERVES["float32"]:
+            lost["torch_dtype"] = dtype
     return lost
 
 
@@ -81,7 +137,11 @@ class ConfigFormat(Rule):
         if not config:
             return outcome
         version = ctx.profile.transformers_version
-        lost = lost_values(config, version)
+        refused: List[str] = []
+        lost = lost_values(config, version, refused)
+        for why in refused:
+            outcome.findings.append(self.finding(
+                "warning", f"{why}: not restored; the engine's transformers {version} will use its default"))
         for key in NESTED:
             nested = config.get(key)
             if isinstance(nested, dict):
@@ -94,15 +154,15 @@ class ConfigFormat(Rule):
                                    "set nested values: this model may generate wrong text on this card"))
         if not lost:
             return outcome
-        if ctx.profile.accepts("hf_overrides") is not False:
-            outcome.repairs.append(Repair(self.code, self.title, self._detail(lost, version), hf_overrides=lost))
-            return outcome
-        args, left = self._flags(ctx, lost)
-        if args:
-            outcome.repairs.append(Repair(self.code, self.title, self._detail(lost, version), args=args))
-        if left:
-            outcome.findings.append(self.finding(
-                "warning", f"{', '.join(left)} would be lost and this engine has no flag to restore it"))
+        repair = Repair(self.code, self.title, self._detail(lost, version))
+        if ctx.profile.accepts("hf_overrides"):
+            repair.config_edits = dict(lost)
+        else:
+            # The engine's own flags keep the model path; what no flag carries goes through a
+            # rewritten config.json (a model view on vLLM 0.5.5).
+            repair.args, left = self._flags(ctx, lost)
+            repair.config_edits = {key: lost[key] for key in left}
+        outcome.repairs.append(repair)
         return outcome
 
     @staticmethod

@@ -39,7 +39,7 @@ def test_registered_architecture_gets_nothing(tmp_path, env_for_tests):
 
 
 def test_class_transformers_has_is_left_to_vllms_own_fallback(tmp_path, env_for_tests):
-    config = llama(architectures=["BioGptForCausalLM"], model_type="biogpt")
+    config = llama(architectures=["MinistralForCausalLM"], model_type="ministral")
     plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), env=env_for_tests)
     assert plan["args"] == [] and repairs(plan, "R4") == []
     assert findings(plan, "R4")[0]["severity"] == "info" and "Transformers backend" in findings(plan, "R4")[0]["message"]
@@ -79,10 +79,61 @@ def test_malformed_architectures_is_a_finding(tmp_path, env_for_tests, value):
     assert plan["args"] == [] and "not a list of class names" in findings(plan, "R4")[0]["message"]
 
 
-def test_card_without_a_vllm_registry_snapshot_is_not_judged(tmp_path, env_for_tests):
-    config = llama(architectures=["TinyChatForCausalLM"])
-    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), "iluvatar-bi100", env=env_for_tests)
-    assert repairs(plan, "R4") == [] and findings(plan, "R4") == []
+def r4_on(profile_data, config, tmp_path):
+    """R4's outcome for `config` against a profile given as JSON (in-process)."""
+    from common.facts import gather_facts
+    from common.modeldir import ModelDir
+    from common.profile import Profile
+    from common.rules import Context, r4_architectures
+    from common.vllm_args import UserArgs
+
+    model = ModelDir(str(model_dir(tmp_path / "m", {"config.json": config})))
+    ctx = Context(model=model, profile=Profile(profile_data), facts=gather_facts(model), user=UserArgs([]), env={})
+    return r4_architectures.RULE.check(ctx)
+
+
+def profile_data(card):
+    from common.profile import PROFILE_DIR
+
+    with open(f"{PROFILE_DIR}/{card}.json", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def test_a_profile_without_a_registry_snapshot_says_unverified(tmp_path):
+    data = profile_data("nv-a100")
+    data["engine"]["architectures"] = None
+    outcome = r4_on(data, llama(architectures=["TinyChatForCausalLM"]), tmp_path)
+    assert outcome.repairs == [] and [f.severity for f in outcome.findings] == ["unverified"]
+
+
+def test_class_the_transformers_backend_refuses_is_an_error(tmp_path, env_for_tests):
+    """T5: transformers 4.57 has the class, but is_backend_compatible() is False: vLLM 0.11 refuses."""
+    config = {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 512, "num_heads": 8,
+              "d_kv": 64}
+    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), env=env_for_tests)
+    [finding] = findings(plan, "R4")
+    assert finding["severity"] == "error" and "is_backend_compatible() is False" in finding["message"]
+
+
+def test_engine_without_a_transformers_backend_needs_the_class_in_its_registry(tmp_path):
+    """On an engine with no Transformers backend (vLLM 0.5.5) a class transformers has is no help."""
+    data = profile_data("nv-a100")
+    data["engine"]["transformers_backend"] = False
+    outcome = r4_on(data, llama(architectures=["MinistralForCausalLM"], model_type="ministral"), tmp_path)
+    [finding] = outcome.findings
+    assert finding.severity == "error" and "newer engine" in finding.message
+    data["engine"]["architectures"].remove("Qwen3ForCausalLM")
+    qwen3 = llama(architectures=["Qwen3ForCausalLM"], model_type="qwen3")
+    [finding] = r4_on(data, qwen3, tmp_path / "q").findings
+    assert finding.severity == "error" and "Qwen3ForCausalLM" in finding.message and "newer engine" in finding.message
+
+
+def test_renamed_class_on_an_engine_without_hf_overrides_is_served_through_a_model_view(tmp_path, env_for_tests):
+    data = profile_data("nv-a100")
+    data["engine"]["transformers_backend"] = False
+    outcome = r4_on(data, llama(architectures=["TinyChatForCausalLM"]), tmp_path)
+    [repair] = outcome.repairs
+    assert repair.config_edits == {"architectures": ["LlamaForCausalLM"]} and repair.hf_overrides == {}
 
 
 # ---- R5 ------------------------------------------------------------------------------------
@@ -147,18 +198,6 @@ def test_malformed_rope_parameters_change_nothing(tmp_path, env_for_tests, rope)
 def test_config_saved_by_4_57_gets_nothing(models, env_for_tests):
     plan = preflight_json(models("457-generic"), env=env_for_tests)
     assert plan["repairs"] == [] and plan["args"] == []
-
-
-def test_a_proven_alias_wins_over_the_canonical_class(tmp_path, monkeypatch, env_for_tests):
-    """The alias table is empty until a test proves an entry; the path that reads it works."""
-    from common.preflight import build_plan
-    from common.rules import r4_architectures
-
-    monkeypatch.setattr(r4_architectures, "ALIASES", {"TinyChatForCausalLM": "MistralForCausalLM"})
-    model = model_dir(tmp_path / "m", {"config.json": llama(architectures=["TinyChatForCausalLM"])})
-    plan = build_plan(str(model), "nv-a100", [], dict(env_for_tests, COMPAT_WORK_DIR=str(tmp_path / "w")), verify=False)
-    [repair] = [r for r in plan.repairs if r.code == "R4"]
-    assert repair.hf_overrides == {"architectures": ["MistralForCausalLM"]} and "proven alias" in repair.detail
 
 
 def test_a_dtype_that_is_no_dtype_never_reaches_vllm(tmp_path, env_for_tests):

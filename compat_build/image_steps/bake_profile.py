@@ -28,6 +28,15 @@ def profile_json(card: Dict[str, Any], snap: Dict[str, Any]) -> Dict[str, Any]:
             "architectures": snap["architectures"] or None,
             # EngineArgs fields = `vllm serve` flags (--hf-overrides exists only from vLLM 0.6.x).
             "engine_args": snap["engine_args"] or None,
+            # Whether unregistered classes can run on vLLM's Transformers backend, and which classes
+            # that backend takes (is_backend_compatible); None: no vLLM to ask.
+            "transformers_backend": snap["transformers_backend"],
+            "backend_compatible_architectures": snap["backend_compatible_architectures"],
+            "quantization_methods": snap["quantization_methods"] or None,
+            # Does get_head_size survive `head_dim = None`, and which config classes produce it.
+            "head_dim_none_fallback": snap["head_dim_none_fallback"],
+            "null_head_dim_model_types": snap["null_head_dim_model_types"],
+            "config_model_types": snap["config_model_types"],
             "tokenizer_classes": snap["tokenizer_classes"],
             "tokenizer_model_types": snap["tokenizer_model_types"],
             "model_type_architectures": snap["model_type_architectures"],
