@@ -1,4 +1,11 @@
-"""Real vLLM 0.11.0 on the CPU (.venv-engine): start `vllm serve`, wait, talk HTTP, stop."""
+"""Real vLLM on the CPU: start `vllm serve`, wait, talk HTTP, stop.
+
+Two engine generations, each in its own venv (see envs/):
+  ENGINE_0110  vLLM 0.11.0 (.venv-engine, `make engine-env`): nv-a100 and hygon-k100
+  ENGINE_055   vLLM 0.5.5 built for the CPU (.venv-engine055, `make engine055-env`): iluvatar-bi100
+A test picks one (`ENGINE_055.env()`, `ENGINE_055.serve_argv_vanilla(...)`); the module-level
+names (ENGINE_BIN, engine_env, serve_argv_vanilla, launcher_argv) are the 0.11.0 engine's.
+"""
 
 import json
 import os
@@ -9,27 +16,73 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
-ENGINE_BIN = ROOT / ".venv-engine" / "bin"
 START_TIMEOUT_S = 240
 
+# Environment every engine gets: a small KV cache (the CPU backend reserves VLLM_CPU_KVCACHE_SPACE
+# GiB; its default is 4), no hub, no usage reports, unbuffered logs.
+COMMON_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "VLLM_DO_NOT_TRACK": "1",
+    "PYTHONUNBUFFERED": "1",
+}
 
-def engine_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    env = dict(os.environ)
-    env.update({
-        "PATH": f"{ENGINE_BIN}{os.pathsep}{env.get('PATH', '')}",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "PYTHONUNBUFFERED": "1",
-    })
-    for key in ("COMPAT_ENGINE_PYTHON", "PYTHONPATH", "VIRTUAL_ENV"):
-        env.pop(key, None)
-    env.update(extra or {})
-    return env
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine venv: where its `vllm` lives and what it needs to run on this CPU."""
+
+    version: str
+    venv: str
+    make_target: str
+    extra_env: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def bin(self) -> Path:
+        return ROOT / self.venv / "bin"
+
+    @property
+    def python(self) -> Path:
+        return self.bin / "python"
+
+    def available(self) -> bool:
+        return (self.bin / "vllm").exists()
+
+    @property
+    def missing_reason(self) -> str:
+        return f"no {self.venv} (vLLM {self.version}): run `make {self.make_target}`"
+
+    def env(self, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+        env = dict(os.environ)
+        env.update(COMMON_ENV)
+        env.update(self.extra_env)
+        env["PATH"] = f"{self.bin}{os.pathsep}{env.get('PATH', '')}"
+        for key in ("COMPAT_ENGINE_PYTHON", "PYTHONPATH", "VIRTUAL_ENV"):
+            env.pop(key, None)
+        env.update(extra or {})
+        return env
+
+    def serve_argv_vanilla(self, model: Path, port: int) -> List[str]:
+        return [str(self.bin / "vllm"), "serve", str(model), "--max-model-len", "256", "--port", str(port),
+                "--host", "127.0.0.1"]
+
+    def launcher_argv(self, port: int) -> List[str]:
+        """What the image's entrypoint does: the engine's Python runs `common launch`."""
+        return [str(self.python), "-m", "common", "launch", "--",
+                "--max-model-len", "256", "--port", str(port), "--host", "127.0.0.1"]
+
+
+ENGINE_0110 = Engine("0.11.0", ".venv-engine", "engine-env")
+# vLLM 0.5.5 on the CPU needs nothing beyond COMMON_ENV: it finds the CPU platform from its own
+# distribution version (0.5.5+cpu), and VLLM_CPU_KVCACHE_SPACE unset would reserve 4 GiB.
+ENGINE_055 = Engine("0.5.5", ".venv-engine055", "engine055-env")
+ENGINES = {engine.version: engine for engine in (ENGINE_0110, ENGINE_055)}
 
 
 def free_port() -> int:
@@ -89,15 +142,11 @@ class Server:
         self._log.close()
 
 
-def serve_argv_vanilla(model: Path, port: int) -> List[str]:
-    return [str(ENGINE_BIN / "vllm"), "serve", str(model), "--max-model-len", "256", "--port", str(port),
-            "--host", "127.0.0.1"]
+# The 0.11.0 engine under the names tests/test_e2e_vllm.py imports.
+ENGINE_BIN = ENGINE_0110.bin
+engine_env = ENGINE_0110.env
+serve_argv_vanilla = ENGINE_0110.serve_argv_vanilla
+launcher_argv = ENGINE_0110.launcher_argv
 
-
-def launcher_argv(port: int) -> List[str]:
-    """What the image's entrypoint does: the engine's Python runs `common launch`."""
-    return [str(ENGINE_BIN / "python"), "-m", "common", "launch", "--",
-            "--max-model-len", "256", "--port", str(port), "--host", "127.0.0.1"]
-
-
-__all__ = ["Server", "engine_env", "free_port", "launcher_argv", "serve_argv_vanilla", "sys"]
+__all__ = ["ENGINES", "ENGINE_0110", "ENGINE_055", "ENGINE_BIN", "Engine", "Server", "engine_env", "free_port",
+           "launcher_argv", "serve_argv_vanilla", "sys"]
