@@ -49,10 +49,10 @@ bench: venv
 	@$(PY) scripts/bench_moe.py
 	@$(PY) scripts/bench_triage.py
 
-profiles: venv engine-env tf455-env upstream-src
+profiles: venv engine-env engine055-env
 	$(PY) -m compat_build.profiles
 
-profiles-check: venv engine-env tf455-env upstream-src
+profiles-check: venv engine-env engine055-env
 	$(PY) -m compat_build.profiles --check
 
 render: venv

@@ -102,14 +102,20 @@ def test_every_card_folder_and_profile_exists():
         assert profile.card == name
 
 
-@pytest.mark.skipif(not (ROOT / ".venv-engine" / "bin" / "python").exists() or
-                    not (ROOT / ".venv-tf455" / "bin" / "python").exists(), reason="engine venvs not built")
+@pytest.mark.skipif(not all((ROOT / venv / "bin" / "python").exists() for venv in (".venv-engine", ".venv-engine055")),
+                    reason="engine venvs not built: run `make engine-env engine055-env`")
 def test_committed_profiles_match_manifest_and_real_engine(capsys):
     assert profiles.main(["--check"]) == 0, capsys.readouterr().out
     nv = load_profile("nv-a100")
     assert nv.transformers_version == "4.57.6" and "LlamaForCausalLM" in nv.architectures
     assert not nv.knows_tokenizer_class("TokenizersBackend") and nv.knows_tokenizer_class("Qwen2Tokenizer")
-    assert load_profile("iluvatar-bi100").architectures is None  # its vLLM fork is only known in-image
+    bi100 = load_profile("iluvatar-bi100")  # upstream vLLM 0.5.5, the fork's generation
+    assert "LlamaForCausalLM" in bi100.architectures and "Qwen3ForCausalLM" not in bi100.architectures
+    assert bi100.accepts("rope_theta") and not bi100.accepts("hf_overrides") and not bi100.accepts("hf_config_path")
+    assert bi100.transformers_backend is False and bi100.head_dim_none_fallback is False
+    assert "mixtral" in bi100.null_head_dim_model_types  # transformers 4.55 MixtralConfig: head_dim None
+    assert nv.transformers_backend is True and nv.head_dim_none_fallback is True
+    assert "T5ForConditionalGeneration" not in nv.backend_architectures and "mxfp4" not in bi100.quantization_methods
 
 
 def test_unknown_card_is_a_clear_error():

@@ -15,7 +15,7 @@ CHATML = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}
 
 @pytest.fixture(autouse=True)
 def only_r2(env_for_tests):
-    env_for_tests["COMPAT_SKIP"] = "R3,R3b,R4,R5,H1,R7"
+    env_for_tests["COMPAT_SKIP"] = "R3,R3b,R4,R5,H1,H2,R7"
 
 
 def r2(plan, key="repairs"):

@@ -10,7 +10,7 @@ from .helpers import launch, model_dir, preflight_json
 
 @pytest.fixture(autouse=True)
 def only_r4_r5(env_for_tests):
-    env_for_tests["COMPAT_SKIP"] = "R2,R3,R3b,H1,R7"
+    env_for_tests["COMPAT_SKIP"] = "R2,R3,R3b,H1,H2,R7"
 
 
 def llama(**extra):
