@@ -169,10 +169,60 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Exception as exc:  # a bug must still leave the user a plan to read
         plan.add_finding("INTERNAL", "error", f"preflight failed: {type(exc).__name__}: {exc}")
         say(f"preflight failed: {type(exc).__name__}: {exc}")
-    data = plan.to_json()
-    if opts.json:
-        print(json.dumps(data, indent=2, ensure_ascii=False))
-    else:
-        _print_human(data)
+    return _show(plan.to_json(), opts.json)
+
+
+def _show(data: dict, as_json: bool) -> int:
+    """Print the plan whatever it holds and wherever stdout goes: closed (nothing to print to),
+    a closed pipe, a C locale (text it cannot encode is escaped, never a crash)."""
+    out = sys.stdout
+    if out is None:  # fd 1 was closed when Python started
+        return 0
+    try:
+        if as_json:
+            print(_plan_text(data, getattr(out, "encoding", None) or "utf-8"))
+        else:
+            if hasattr(out, "reconfigure"):
+                out.reconfigure(errors="backslashreplace")
+            _print_human(data)
+        out.flush()
+    except (OSError, ValueError) as exc:  # BrokenPipeError: the reader left
+        say(f"the plan could not be printed ({type(exc).__name__}: {exc})")
+        try:  # the interpreter flushes stdout once more at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
     return 0
 
+
+def _plan_text(data: dict, encoding: str) -> str:
+    """The plan as strict JSON text: as it is when it can be, with every value JSON can not hold
+    as text otherwise; in ASCII escapes when stdout's encoding can not take a character (a C
+    locale, or a lone surrogate from a non-UTF-8 argument)."""
+    try:
+        text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
+    except (ValueError, TypeError, RecursionError) as exc:
+        say(f"the plan holds a value JSON cannot carry ({type(exc).__name__}); printed as text")
+        data = _jsonable(data)
+        text = json.dumps(data, indent=2, ensure_ascii=False)
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        text = json.dumps(data, indent=2, ensure_ascii=True, allow_nan=False)
+    return text
+
+
+def _jsonable(value, depth: int = 0):
+    """`value` with what strict JSON cannot hold (NaN, infinities, other types, nesting past 64
+    levels) turned into text."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):  # past ~4300 digits Python will not write an int as text
+        return value if value.bit_length() < 10000 else f"<an integer of {value.bit_length()} bits>"
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+    if depth < 64 and isinstance(value, dict):
+        return {str(k): _jsonable(v, depth + 1) for k, v in value.items()}
+    if depth < 64 and isinstance(value, (list, tuple)):
+        return [_jsonable(v, depth + 1) for v in value]
+    return repr(value)[:1000]

@@ -14,11 +14,27 @@ COMPAT_PYTHON=${COMPAT_PYTHON:-python3}
 COMPAT_VLLM=${COMPAT_VLLM:-vllm}
 BOOTSTRAP="$COMPAT_HOME/common/bootstrap.py"
 
+# The import check runs under coreutils' timeout where the image has it (a hung interpreter must
+# not hang the start: after CHECK_TIMEOUT seconds its whole process group is killed and vLLM
+# starts without repairs), unbounded where it has not (busybox's timeout takes other options).
+# The launcher bounds itself (COMPAT_TIMEOUT).
+CHECK_TIMEOUT=${COMPAT_CHECK_TIMEOUT:-30}
+case "$CHECK_TIMEOUT" in
+    '' | 0 | *[!0-9]*) CHECK_TIMEOUT=30 ;;
+esac
+
+bounded() {
+    case "$(timeout --version 2>/dev/null)" in
+        *coreutils*) timeout -k 5 "$CHECK_TIMEOUT" "$@" ;;
+        *) "$@" ;;
+    esac
+}
+
 if [ "${COMPAT_DISABLE:-0}" != "1" ]; then
-    if "$COMPAT_PYTHON" "$BOOTSTRAP" check 2>/dev/null; then
+    if bounded "$COMPAT_PYTHON" "$BOOTSTRAP" check 2>/dev/null; then
         exec "$COMPAT_PYTHON" "$BOOTSTRAP" launch -- "$@"
     fi
-    echo "[compat] preflight could not run ($COMPAT_PYTHON cannot import the compat package); starting vLLM without repairs" >&2
+    echo "[compat] preflight could not run ($COMPAT_PYTHON cannot import the compat package, or did not within ${CHECK_TIMEOUT}s); starting vLLM without repairs" >&2
 else
     echo "[compat] COMPAT_DISABLE=1: starting vLLM untouched" >&2
 fi

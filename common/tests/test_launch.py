@@ -57,7 +57,9 @@ def test_timeout_still_execs(models, env_for_tests, fake_vllm, tmp_path):
     env = dict(env_for_tests, COMPAT_ENGINE_PYTHON=str(slow), COMPAT_TIMEOUT="2")
     proc = launch(env, models("v5-generic"), ["--port", "1"])
     assert "ran past COMPAT_TIMEOUT=2s" in proc.stderr
-    assert called()["argv"][1:] == ["serve", str(models("v5-generic")), "--port", "1"]
+    # The tokenizer overlay was still being verified: dropped. R5's overrides needed no check: kept.
+    assert called()["argv"][1:] == ["serve", str(models("v5-generic")), "--hf-overrides", '{"rope_theta": 1000000.0}',
+                                    "--port", "1"]
 
 
 @pytest.mark.parametrize("files", [
@@ -159,3 +161,41 @@ def test_runtime_package_runs_on_python_310(models, env_for_tests, tmp_path):
     plan = json.loads(proc.stdout)
     assert [r["code"] for r in plan["repairs"]] == ["R5"] and plan["args"] == ["--dtype", "bfloat16"]
     assert os.path.isdir(ROOT / "common")
+
+
+def test_exec_env_is_the_started_environment_not_pythons_coerced_copy(tmp_path):
+    """PEP 538 coercion writes LC_CTYPE into os.environ; /proc/self/environ still holds the start."""
+    code = ("import json, os; from common.launch import original_environ; "
+            "print(json.dumps([os.environ.get('LC_CTYPE'), original_environ()]))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env={"A": "1"}, capture_output=True, text=True,
+                          timeout=60)
+    coerced, original = json.loads(proc.stdout)
+    assert coerced == "C.UTF-8" and original == {"A": "1"}
+
+
+def test_without_proc_the_coerced_locale_is_dropped(monkeypatch):
+    import builtins
+
+    from common import launch as launch_module
+
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: (_ for _ in ()).throw(OSError("no /proc"))
+                        if str(path).startswith("/proc") else real_open(path, *a, **k))
+    monkeypatch.setattr(launch_module.sys, "flags", type("F", (), {"utf8_mode": 1})())
+    monkeypatch.setattr(os, "environ", {"LC_CTYPE": "C.UTF-8", "A": "1"})
+    assert launch_module.original_environ() == {"A": "1"}
+
+
+@pytest.mark.parametrize("changed, ok", [
+    (["--port", "1", "--hf-overrides", '{"a": 1}'], True),  # their overrides absorbed ours
+    (["--port", "2", "--hf-overrides", '{"b": 2}'], False),
+    (["--port", "1"], False),
+    (["--port", "1", "--hf-overrides", '{"b": 2}', "--x"], False),
+])
+def test_the_last_guard_lets_only_their_overrides_value_change(changed, ok):
+    from common.launch import _sane
+    from common.plan import Plan
+
+    plan = Plan(card="nv-a100", model_dir="/m")
+    plan.args, plan.user_args = ["--chat-template", "/t"], changed
+    assert _sane(plan, ["--port", "1", "--hf-overrides", '{"b": 2}']) is ok
