@@ -2,8 +2,9 @@
 
 Nothing here writes to the model directory or opens a weight file. Every read is bounded: a
 submitted model may hold a Git-LFS pointer where a JSON file should be, a symlink out of the
-directory, a 200 MB "config", or files the container user may not read. Each such case becomes a
-`Problem` the planner turns into a finding; none of them raises.
+directory, a 200 MB "config", files the container user may not read, JSON that would take
+gigabytes to parse or nests a thousand levels deep, or strings that are not valid Unicode. Each
+such case becomes a `Problem` the planner turns into a finding; none of them raises.
 """
 
 from __future__ import annotations
@@ -17,9 +18,22 @@ TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple
 
-# Metadata JSON files are kilobytes; a tokenizer_config.json with an embedded vocabulary can reach
-# a few MB. Anything larger is not metadata and is not worth stalling container start for.
+# Metadata JSON files are kilobytes; a tokenizer_config.json with an embedded vocabulary or a
+# config.json with a large label map can reach a few MB. tokenizer.json is the one big metadata
+# file a rule reads (R2 looks for ChatML markers): a 256k vocabulary with its merges is ~35 MB.
+# Anything larger is not metadata and is not worth stalling container start for.
 JSON_SIZE_CAP = 16 * 1024 * 1024
+JSON_SIZE_CAPS = {"tokenizer.json": 64 * 1024 * 1024}
+# Bytes are not memory: 16 MB of `[{},{},...]` become 5 million dicts (~700 MB). Before parsing,
+# a file's cost is estimated from its bytes and its counts of containers and items, and a file
+# over its cap is not parsed. A real tokenizer.json of a 256k vocabulary estimates ~150 MB.
+JSON_MEMORY_CAP = 64 * 1024 * 1024
+JSON_MEMORY_CAPS = {"tokenizer.json": 320 * 1024 * 1024}
+CONTAINER_COST = 72  # an empty dict is 64 bytes, a list 56, plus the slot that holds it
+ITEM_COST = 56  # a short str object (49+ bytes) and its slot
+# Metadata nests a handful of levels; a value nested deeper is refused, so that nothing that
+# walks or prints it later (JSON writers, repr in messages) can hit the recursion limit.
+MAX_JSON_DEPTH = 64
 # Git-LFS pointer files are ~130 bytes and start with this line.
 LFS_POINTER_PREFIX = b"version https://git-lfs.github.com/spec/"
 LFS_POINTER_MAX = 1024
@@ -56,6 +70,57 @@ def _decode(raw: bytes) -> str:
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         return raw.decode("utf-16")
     return raw.decode("utf-8-sig")
+
+
+def memory_cost(raw: bytes) -> int:
+    """What parsing `raw` may take, in bytes: an upper bound of its containers and items (brackets
+    and commas inside strings count too) at the size of the smallest objects that hold them."""
+    containers = raw.count(b"{") + raw.count(b"[")
+    return len(raw) + CONTAINER_COST * containers + ITEM_COST * (raw.count(b",") + containers)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether containers in `value` nest more than `limit` levels (iteratively: no recursion)."""
+    if not isinstance(value, (dict, list)):
+        return False
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        for child in (node.values() if isinstance(node, dict) else node):
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return False
+
+
+def _escape_lone_surrogates(value: Any) -> Tuple[Any, int]:
+    """`value` with every lone surrogate in its strings (keys too) replaced by its `\\udXXX`
+    text, and how many strings changed. Recursion is safe: the depth was bounded first."""
+    count = 0
+
+    def fix(text: str) -> str:
+        nonlocal count
+        if text.isascii():
+            return text
+        try:
+            text.encode("utf-8")
+            return text
+        except UnicodeEncodeError:
+            count += 1
+            return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, str):
+            return fix(node)
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        if isinstance(node, dict):
+            return {fix(key): walk(item) for key, item in node.items()}
+        return node
+
+    fixed = walk(value)
+    return fixed, count
 
 
 class ModelDir:
@@ -141,7 +206,8 @@ class ModelDir:
             return False
 
     def read_json(self, name: str) -> Tuple[Any, Optional[Problem]]:
-        """Parsed JSON of `name`, or (None, problem). A missing file is (None, None)."""
+        """Parsed JSON of `name`, or (None, problem); (value, problem) when it is usable with a
+        caveat the plan reports. A missing file is (None, None)."""
         if name not in self._json:
             self._json[name] = self._load_json(name)
             problem = self._json[name][1]
@@ -160,26 +226,45 @@ class ModelDir:
         return value if isinstance(value, dict) else {}
 
     def _load_json(self, name: str) -> Tuple[Any, Optional[Problem]]:
+        """(value, None), (None, None) when missing, (None, problem) when unusable, or (value,
+        problem) when usable with a caveat (text that is not valid Unicode, carried escaped)."""
         st = self.state(name)
         if not st.exists:
             return None, None
         if not st.usable:
             return None, st.problem
-        if st.size > JSON_SIZE_CAP:
-            return None, Problem(name, f"is {st.size // (1024 * 1024)} MiB, over the {JSON_SIZE_CAP // (1024 * 1024)} MiB cap for metadata; not read")
+        size_cap = JSON_SIZE_CAPS.get(name, JSON_SIZE_CAP)
+        if st.size > size_cap:
+            return None, Problem(name, f"is {st.size // (1024 * 1024)} MiB, over the {size_cap // (1024 * 1024)} MiB cap for metadata; not read")
         try:
             with open(os.path.join(self.path, name), "rb") as fh:
-                raw = fh.read(JSON_SIZE_CAP + 1)
+                raw = fh.read(size_cap + 1)
         except OSError as exc:
             return None, Problem(name, f"cannot be read ({exc.strerror})")
+        memory_cap = JSON_MEMORY_CAPS.get(name, JSON_MEMORY_CAP)
+        cost = memory_cost(raw)
+        if cost > memory_cap:
+            return None, Problem(name, f"would take ~{cost // (1024 * 1024)} MiB of memory to parse (its containers and items), "
+                                       f"over the {memory_cap // (1024 * 1024)} MiB cap for metadata; not read")
         try:
             text = _decode(raw)
         except UnicodeDecodeError as exc:
             return None, Problem(name, f"is not valid UTF-8 (byte {exc.start}); not read")
+        del raw
         try:
-            return json.loads(text), None
+            value = json.loads(text)
+        except RecursionError:
+            return None, Problem(name, "nests deeper than Python can parse; not read")
         except ValueError as exc:
             return None, Problem(name, f"is not valid JSON ({exc}); ignored")
+        if _deeper_than(value, MAX_JSON_DEPTH):
+            return None, Problem(name, f"nests deeper than {MAX_JSON_DEPTH} levels, which no metadata does; not read")
+        if "\\ud" in text or "\\uD" in text:  # only a \\uXXXX escape can make a lone surrogate
+            value, escaped = _escape_lone_surrogates(value)
+            if escaped:
+                return value, Problem(name, f"holds {escaped} string(s) with lone UTF-16 surrogates (not valid Unicode); "
+                                            "carried with each as its \\uXXXX text, and the file is not rewritten")
+        return value, None
 
     def read_text(self, name: str, cap: int = 1024 * 1024) -> Tuple[Optional[str], Optional[Problem]]:
         """A small text file (a chat template), or (None, problem)."""

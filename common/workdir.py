@@ -1,4 +1,11 @@
-"""Where a run's overlay and report.json go: a fresh directory, never inside the model."""
+"""Where a run's overlay and report.json go: a fresh directory, never inside the model.
+
+Candidates in order: COMPAT_WORK_DIR, TMPDIR (both from the environment the plan is given),
+/tmp, /var/tmp, /dev/shm. A candidate that is inside the model directory once symlinks are
+resolved is skipped, whatever names it. When no candidate is writable (read-only filesystems,
+a full disk), there is no work dir: the repairs that need a file are dropped and the others
+(flags, environment) are kept.
+"""
 
 from __future__ import annotations
 
@@ -10,26 +17,50 @@ from .log import say
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
-    from typing import Mapping
+    from typing import List, Mapping, Optional, Tuple
+
+FALLBACK_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
 
 
 def _inside(path: str, root: str) -> bool:
     path, root = os.path.realpath(path), os.path.realpath(root)
-    return path == root or path.startswith(root + os.sep)
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def make_run_dir(env: Mapping[str, str], model_dir: str) -> str:
-    root = env.get("COMPAT_WORK_DIR") or None
-    if root and _inside(root, model_dir):
-        say(f"COMPAT_WORK_DIR {root} is inside the model directory, which is never written; using a temporary directory")
-        root = None
-    if root:
+def _candidates(env: Mapping[str, str]) -> List[Tuple[str, str, str]]:
+    """(what names it, directory, prefix of the fresh dir), in order of preference."""
+    out = []
+    if env.get("COMPAT_WORK_DIR"):
+        out.append(("COMPAT_WORK_DIR", env["COMPAT_WORK_DIR"], "run-"))
+    if env.get("TMPDIR"):
+        out.append(("TMPDIR", env["TMPDIR"], "compat-"))
+    out += [(root, root, "compat-") for root in FALLBACK_ROOTS]
+    return out
+
+
+def make_run_dir(env: Mapping[str, str], model_dir: str) -> Optional[str]:
+    """A new private directory outside `model_dir`, or None when none can be made anywhere."""
+    tried = set()
+    for label, root, prefix in _candidates(env):
+        if root in tried:
+            continue
+        tried.add(root)
         try:
-            os.makedirs(root, exist_ok=True)
-            return _fresh_dir(root, "run-")
-        except OSError as exc:
-            say(f"COMPAT_WORK_DIR {root} is not writable ({exc.strerror}); using a temporary directory")
-    return _fresh_dir(os.environ.get("TMPDIR") or "/tmp", "compat-")
+            if _inside(root, model_dir):
+                say(f"{label} {root} is inside the model directory, which is never written; not used")
+                continue
+            if label == "COMPAT_WORK_DIR":
+                os.makedirs(root, exist_ok=True)
+            parent = os.path.realpath(root)
+            if _inside(parent, model_dir):  # made or swapped into the model meanwhile
+                continue
+            return _fresh_dir(parent, prefix)
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            if label in ("COMPAT_WORK_DIR", "TMPDIR"):
+                say(f"{label} {root} is not writable ({reason}); trying the next place")
+    say("no writable work directory outside the model: repairs that need a file are dropped, the others kept")
+    return None
 
 
 def _fresh_dir(parent: str, prefix: str) -> str:

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from common.modeldir import JSON_SIZE_CAP, ModelDir
+from common.modeldir import JSON_MEMORY_CAP, JSON_SIZE_CAP, JSON_SIZE_CAPS, MAX_JSON_DEPTH, ModelDir, memory_cost
 
 from .helpers import model_dir, tree_digest
 
@@ -99,3 +99,56 @@ def test_reading_never_writes(tmp_path):
         m.read_json(name)
         m.state(name)
     assert tree_digest(d) == before
+
+
+def test_tokenizer_json_has_room_for_a_large_vocabulary(tmp_path):
+    """R2 reads tokenizer.json: a 256k vocabulary is ~35 MB, over the cap of the small files."""
+    d = model_dir(tmp_path, {})
+    with open(d / "tokenizer.json", "wb") as fh:
+        fh.write(b'{"model": {"vocab": {"<|im_start|>": 1}}}')
+        fh.write(b" " * (20 * 1024 * 1024))
+    m = ModelDir(str(d))
+    assert m.json_object("tokenizer.json") == {"model": {"vocab": {"<|im_start|>": 1}}} and m.problems == []
+    assert JSON_SIZE_CAPS["tokenizer.json"] > 20 * 1024 * 1024 > JSON_SIZE_CAP // 2
+
+
+def test_json_that_would_take_too_much_memory_is_not_parsed(tmp_path):
+    """Bytes are not memory: 16 MB of `[{},{},...]` are 5 million dicts."""
+    blob = b"[" + b"{}," * (5 * 1024 * 1024) + b"{}]"
+    assert memory_cost(blob) > JSON_MEMORY_CAP
+    m = ModelDir(str(model_dir(tmp_path, {"config.json": blob})))
+    assert m.read_json("config.json") == (None, m.problems[0])
+    assert "of memory to parse" in m.problems[0].reason
+
+
+@pytest.mark.parametrize("depth, reason", [
+    (MAX_JSON_DEPTH + 1, f"deeper than {MAX_JSON_DEPTH} levels"),
+    (900, f"deeper than {MAX_JSON_DEPTH} levels"),
+    (100000, "deeper than Python can parse"),
+])
+def test_deep_json_is_a_problem_not_a_recursion_error(tmp_path, depth, reason):
+    m = ModelDir(str(model_dir(tmp_path, {"config.json": b'{"a": ' + b"[" * depth + b"]" * depth + b"}"})))
+    assert m.json_object("config.json") == {}
+    assert reason in m.problems[0].reason
+
+
+def test_json_as_deep_as_the_cap_is_read(tmp_path):
+    depth = MAX_JSON_DEPTH - 1
+    m = ModelDir(str(model_dir(tmp_path, {"config.json": b'{"a": ' + b"[" * depth + b"]" * depth + b"}"})))
+    assert "a" in m.json_object("config.json") and m.problems == []
+
+
+def test_lone_surrogates_are_carried_as_escapes_and_reported(tmp_path):
+    raw = b'{"architectures": ["Llama\\ud800ForCausalLM"], "\\udfff": ["\\ud83d\\ude00 ok", "x\\uDBFFy"]}'
+    m = ModelDir(str(model_dir(tmp_path, {"config.json": raw})))
+    config, problem = m.read_json("config.json")
+    assert config == {"architectures": ["Llama\\ud800ForCausalLM"], "\\udfff": ["\U0001f600 ok", "x\\udbffy"]}
+    assert "3 string(s) with lone UTF-16 surrogates" in problem.reason
+    json.dumps(config, ensure_ascii=False).encode("utf-8")  # every output can carry it now
+    assert m.json_object("config.json") == config  # usable, with the caveat reported once
+    assert m.problems == [problem]
+
+
+def test_valid_surrogate_pairs_are_no_problem(tmp_path):
+    m = ModelDir(str(model_dir(tmp_path, {"tokenizer_config.json": b'{"eos_token": "\\ud83d\\ude00"}'})))
+    assert m.json_object("tokenizer_config.json") == {"eos_token": "\U0001f600"} and m.problems == []
