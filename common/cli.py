@@ -39,7 +39,9 @@ def _preflight_args(pre) -> None:
     pre.add_argument("model_dir")
     pre.add_argument("--card", default=None, help="card profile (default: COMPAT_CARD or the image's card)")
     pre.add_argument("--json", action="store_true", help="print the plan as one JSON object")
-    pre.add_argument("--dry-run", action="store_true", help="compute the plan only (preflight never execs)")
+    pre.add_argument("--dry-run", action="store_true",
+                     help="leave nothing behind: the work dir the plan wrote is removed (preflight never execs)")
+    pre.add_argument("--keep-work-dir", action="store_true", help="with --dry-run: keep the work dir, for debugging")
     pre.add_argument("--no-verify", action="store_true", help="skip verification (repairs that need it are then dropped)")
 
 
@@ -47,6 +49,7 @@ def _doctor_args(doc) -> None:
     doc.add_argument("model_dir")
     doc.add_argument("--card", default=None, help="card profile (default: COMPAT_CARD or the image's card)")
     doc.add_argument("--json", action="store_true", help="the preflight JSON plus verdict and failing codes")
+    doc.add_argument("--keep-work-dir", action="store_true", help="keep the work dir doctor wrote, for debugging")
 
 
 def _triage_args(tri) -> None:
@@ -117,7 +120,7 @@ def _doctor(opts, card: str, vllm_args: List[str]) -> int:
     except ValueError as exc:
         print(f"doctor: {exc}", file=sys.stderr)
         return 2
-    return doctor(opts.model_dir, card, vllm_args, os.environ, opts.json)
+    return doctor(opts.model_dir, card, vllm_args, os.environ, opts.json, opts.keep_work_dir)
 
 
 def _explain(code: Optional[str]) -> int:
@@ -169,6 +172,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Exception as exc:  # a bug must still leave the user a plan to read
         plan.add_finding("INTERNAL", "error", f"preflight failed: {type(exc).__name__}: {exc}")
         say(f"preflight failed: {type(exc).__name__}: {exc}")
+    if opts.dry_run and not opts.keep_work_dir:
+        from .doctor import remove_work_dir
+
+        remove_work_dir(plan)
     return _show(plan.to_json(), opts.json)
 
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from typing import Dict, List, Optional, Tuple
 
 RUNTIME = "runtime repair"
+CHECK = "runtime check"
 BUILD_PATCH = "build patch"
 BUILD_CHECK = "build check"
 TRIAGE_ONLY = "triage only"
@@ -75,13 +76,6 @@ TRIAGE = (
          "check the card and its driver (device visibility, driver/runtime versions); the model is not the cause",
          (r"CUDA error", r"No CUDA GPUs are available", r"NCCL error", r"HIP error", r"hipError\w+", r"device-side assert",
           r"cudaError\w+", r"Failed to infer device type", r"Found no NVIDIA driver", r"Torch not compiled with CUDA enabled")),
-    # Healthy logs print `trust_remote_code=True` in the engine config: only the refusal counts.
-    Code("REMOTE_CODE", TRIAGE_ONLY, "the model needs its own Python code",
-         "The config or tokenizer names classes in the model's own Python files (`auto_map`); transformers runs "
-         "them only with `trust_remote_code`. No repair can stand in for the model's code, and the preflight "
-         "never adds the flag itself.",
-         "pass --trust-remote-code if the platform allows it; no repair can stand in for the model's code",
-         (r"Please pass the argument `trust_remote_code=True`", r"contains custom code which must be executed")),
     Code("GGUF", TRIAGE_ONLY, "a GGUF checkpoint",
          "The submission is a GGUF file (llama.cpp's format); the card images serve safetensors checkpoints.",
          "serve it with a GGUF engine (llama.cpp) or submit safetensors weights",
@@ -122,7 +116,7 @@ def runtime_codes() -> Tuple[Code, ...]:
     """The runtime rules' own pages, in the order their repairs apply."""
     from .rules import REGISTRY  # the rule modules: only callers that need them pay for the import
 
-    return tuple(Code(r.code, RUNTIME, r.title, r.doc, r.fix, r.log_signatures) for r in REGISTRY)
+    return tuple(Code(r.code, r.kind, r.title, r.doc, r.fix, r.log_signatures) for r in REGISTRY)
 
 
 def all_codes() -> Tuple[Code, ...]:

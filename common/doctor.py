@@ -1,9 +1,16 @@
 """doctor: the preflight with verification, as a table a person reads at a glance.
 
 What would fail on this card's stack, what the image repairs (and whether the repair verified),
-and what remains. Exit 0: the image will start the model; 1: it will fail even with repairs
-(an error-level finding remains); 2: usage errors, and a verification that could not run here
-(no engine transformers at COMPAT_ENGINE_PYTHON): then doctor cannot tell, and says so.
+and what remains. The verdicts promise:
+  starts      every check passed and every repair verified with the engine's own transformers
+              (its AutoConfig read config.json too): the engine gets past the model's metadata
+              to its weights. Exit 0.
+  fails       something no repair fixes (an error finding: unknown architecture or model type,
+              remote code without --trust-remote-code, an adapter, a quantization method the
+              engine lacks, a repair whose verification failed). Exit 1.
+  unverified  doctor cannot tell here: a check needs the engine (no engine transformers at
+              COMPAT_ENGINE_PYTHON, or a profile that lacks the fact). Never a guessed "starts". Exit 2.
+Usage errors exit 2 too. doctor leaves nothing behind (its work dir is removed unless kept).
 """
 
 from __future__ import annotations
@@ -21,20 +28,34 @@ if TYPE_CHECKING:
 STATE = {True: "repaired", False: "NOT repaired (verification failed)", None: "NOT repaired (could not verify)"}
 
 
-def examine(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[str, str]) -> Dict[str, Any]:
-    """The preflight contract plus `verdict` ("starts" / "fails") and the codes that fail."""
+def examine(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[str, str],
+            keep_work_dir: bool = False) -> Dict[str, Any]:
+    """The preflight contract plus `verdict` ("starts" / "fails" / "unverified") and the codes
+    that decide it."""
     plan = Plan(card=card, model_dir=os.path.abspath(model_dir))
     try:
-        build_plan(model_dir, card, vllm_args, env, verify=True, plan=plan)
+        build_plan(model_dir, card, vllm_args, env, verify=True, plan=plan, read_config=True)
     except Exception as exc:  # a bug must still give the user an answer
         plan.add_finding("INTERNAL", "error", f"preflight failed: {type(exc).__name__}: {exc}")
+    finally:
+        if not keep_work_dir:
+            remove_work_dir(plan)
     data = plan.to_json()
     failing = sorted({f["code"] for f in data["findings"] if f["severity"] == "error"})
-    unverified = sorted({r["code"] for r in data["repairs"] if r["verified"] is None})
+    unverified = sorted({r["code"] for r in data["repairs"] if r["verified"] is None} |
+                        {f["code"] for f in data["findings"] if f["severity"] == "unverified"})
     data["verdict"] = "fails" if failing else "unverified" if unverified else "starts"
     data["failing"] = failing
     data["unverified"] = unverified
     return data
+
+
+def remove_work_dir(plan: Plan) -> None:
+    """A dry run leaves nothing behind: the run's own fresh work dir goes (never the model's)."""
+    import shutil
+
+    if plan.work_dir and os.path.isdir(plan.work_dir):
+        shutil.rmtree(plan.work_dir, ignore_errors=True)
 
 
 def table(data: Dict[str, Any]) -> str:
@@ -42,7 +63,8 @@ def table(data: Dict[str, Any]) -> str:
     for r in data["repairs"]:
         rows.append([r["code"], r["title"], r["detail"], STATE[r["verified"]]])
     for f in data["findings"]:
-        state = {"error": "FAILS", "warning": "warning", "info": "note"}.get(f["severity"], f["severity"])
+        state = {"error": "FAILS", "warning": "warning", "info": "note", "unverified": "unverified"}.get(
+            f["severity"], f["severity"])
         rows.append([f["code"], f["message"], "-", state])
     if not rows:
         rows.append(["-", "nothing on this card's stack would fail", "-", "clean"])
@@ -56,14 +78,28 @@ def table(data: Dict[str, Any]) -> str:
         lines.append(f"verdict: the {data['card']} image will start this model" + (f" (adding: {extra})" if extra else ""))
     elif data["verdict"] == "unverified":
         lines.append(f"verdict: unknown: {', '.join(data['unverified'])} could not be verified here; set "
-                     "COMPAT_ENGINE_PYTHON to a Python with the card's transformers (inside the image it is its own)")
+                     "COMPAT_ENGINE_PYTHON to a Python with the card's engine (inside the image it is its own)")
     else:
         lines.append(f"verdict: this model will fail on {data['card']} even with the image's repairs "
                      f"({', '.join(data['failing'])})")
+        lines += _fixes(data["failing"])
     return "\n".join(lines) + "\n"
 
 
-def run(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[str, str], as_json: bool) -> int:
-    data = examine(model_dir, card, vllm_args, env)
+def _fixes(codes: List[str]) -> List[str]:
+    """What to do for each failing code, from the registry (`explain CODE` has the whole page)."""
+    from .codes import lookup
+
+    lines = []
+    for code in codes:
+        entry = lookup(code)
+        if entry is not None:
+            lines.append(f"  {code}: {entry.fix}  (python3 -m common explain {code})")
+    return lines
+
+
+def run(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[str, str], as_json: bool,
+        keep_work_dir: bool = False) -> int:
+    data = examine(model_dir, card, vllm_args, env, keep_work_dir)
     print(json.dumps(data, indent=2, ensure_ascii=False) if as_json else table(data), end="" if not as_json else "\n")
     return {"starts": 0, "fails": 1}.get(data["verdict"], 2)

@@ -27,10 +27,13 @@ TOKENIZER_OVERLAY = "tokenizer"
 
 
 def build_plan(model_dir: str, card: str, user_args: Sequence[str], env: Mapping[str, str],
-               verify: bool = True, plan: Optional[Plan] = None, patch_engine: bool = False) -> Plan:
+               verify: bool = True, plan: Optional[Plan] = None, patch_engine: bool = False,
+               read_config: bool = False) -> Plan:
     """Fill `plan` (a fresh one if None) step by step, so a caller interrupted midway (timeout)
     still holds what was decided so far. Raises nothing for bad input: that becomes findings.
-    `patch_engine`: apply engine source patches (launch only); otherwise they are checked, not written."""
+    `patch_engine`: apply engine source patches (launch only); otherwise they are checked against
+    the engine's own file, not written. `read_config` (doctor): also ask the engine's transformers
+    to read the model's config.json, which catches what the profile's tables cannot."""
     plan = plan if plan is not None else Plan(card=card, model_dir=os.path.abspath(model_dir))
     plan.user_args = list(user_args)
     model = ModelDir(model_dir)
@@ -72,9 +75,9 @@ def build_plan(model_dir: str, card: str, user_args: Sequence[str], env: Mapping
     for repair in plan.repairs:
         if repair.work_file is not None:
             _write_work_file(plan, repair)
-        if repair.engine_patch is not None:
-            _patch_engine(plan, repair, patch_engine)
-    _materialize(plan, model, profile, user, env, verify, model_dir)
+        if repair.engine_patch is not None and patch_engine:
+            _patch_engine(plan, repair, _engine_file(repair), write=True)
+    _materialize(plan, model, profile, user, env, verify, model_dir, read_config)
     _assemble(plan, user, env)
     _write_report(plan)
     return plan
@@ -123,32 +126,63 @@ def _apply_tokenizer_verdict(plan: Plan, overlay_repairs: List[Repair], ok: Opti
 
 
 def _materialize(plan: Plan, model: ModelDir, profile, user: UserArgs, env: Mapping[str, str], verify: bool,
-                 model_arg: str) -> None:
+                 model_arg: str, read_config: bool) -> None:
     """Write what the repairs need beyond arguments (the tokenizer overlay, a rewritten config.json
-    or a model view) and verify all of it in one engine-Python process."""
+    or a model view) and verify all of it, engine patches included, in one engine-Python process."""
     tokenizer = _build_tokenizer_overlay(plan, model)
     carried = carry(plan, model, profile, user)
+    patches = [r for r in plan.repairs if r.engine_patch is not None and r.verified is None]
     for repair in plan.repairs:
-        if repair.verified is None and not repair.verification and not repair.overlay and not (
+        if repair.verified is None and not repair.verification and not repair.overlay and repair not in patches and not (
                 carried is not None and repair in carried.repairs and carried.config_dir):
             repair.verified = True  # nothing beyond its own arguments to check
-    requests = []
+    trust = user.has("--trust-remote-code")
+    requests = [{"kind": "module", "name": r.engine_patch[0]} for r in patches]
     if tokenizer is not None:
         requests.append({"kind": "tokenizer", "overlay": tokenizer[0], "model": model.path})
     if carried is not None and carried.config_dir:
-        requests.append(carried.request(user.has("--trust-remote-code")))
+        requests.append(carried.request(trust))
+    if read_config and model.state("config.json").exists:
+        requests.append({"kind": "config", "path": model.path, "trust_remote_code": trust, "attributes": []})
     if not requests:
         return
     if verify:
         verdicts = [(v.ok, v.reason, v.result) for v in run_checks(requests, env)]
     else:
         verdicts = [(None, "verification skipped (--no-verify)", {})] * len(requests)
+    for repair in patches:
+        ok, reason, answer = verdicts.pop(0)
+        if ok:
+            _patch_engine(plan, repair, answer.get("path", ""), write=False)
+        else:
+            _drop_unchecked(plan, repair, ok, f"the engine's {repair.engine_patch[0]}: {reason}")
     if tokenizer is not None:
         ok, reason, _ = verdicts.pop(0)
         _apply_tokenizer_verdict(plan, tokenizer[1], ok, reason)
     if carried is not None and carried.config_dir:
         ok, reason, answer = verdicts.pop(0)
         apply_verdict(plan, carried, ok, reason, answer, user, model_arg)
+    if read_config and model.state("config.json").exists:
+        ok, reason, _ = verdicts.pop(0)
+        _config_verdict(plan, ok, reason)
+
+
+def _drop_unchecked(plan: Plan, repair: Repair, ok: Optional[bool], reason: str) -> None:
+    repair.verified, repair.verification = ok, reason
+    severity = "error" if ok is False else "warning"
+    plan.add_finding(repair.code, severity, f"{repair.code} not applied: {reason}")
+    say(f"{repair.code} not applied: {reason}")
+
+
+def _config_verdict(plan: Plan, ok: Optional[bool], reason: str) -> None:
+    """What the engine's own AutoConfig says of the model's config.json (doctor)."""
+    if ok:
+        say(f"the engine's transformers reads config.json: {reason}")
+        return
+    if ok is None:
+        plan.add_finding("CONFIG", "unverified", f"the engine's transformers could not be asked to read config.json: {reason}")
+    else:
+        plan.add_finding("CONFIG", "error", f"the engine's transformers cannot read config.json: {reason}")
 
 
 def _skipped_codes(env: Mapping[str, str]) -> set:
@@ -177,14 +211,27 @@ def _write_work_file(plan: Plan, repair: Repair) -> None:
     repair.args = [flag, path] + repair.args
 
 
-def _patch_engine(plan: Plan, repair: Repair, write: bool) -> None:
-    """Apply (launch) or check without writing (preflight) an edit of the engine's source; a
-    missing file or anchor drops the repair with a finding that names them."""
-    from .patching import PatchError, module_file, patch_file
+def _engine_file(repair: Repair) -> str:
+    """The engine module's file for this interpreter (the engine's own, inside the image); "" when
+    it is not there (patch_file then names the problem)."""
+    from .patching import PatchError, module_file
+
+    try:
+        return module_file(repair.engine_patch[0])
+    except PatchError:
+        return ""
+
+
+def _patch_engine(plan: Plan, repair: Repair, path: str, write: bool) -> None:
+    """Apply (launch) or check without writing (preflight) an edit of the engine's source file
+    `path`; a missing file or anchor drops the repair with a finding that names them."""
+    from .patching import PatchError, patch_file
 
     module, transform = repair.engine_patch
     try:
-        result = patch_file(module_file(module), transform, write=write)
+        if not path:
+            raise PatchError(f"module {module!r} has no source file for this Python")
+        result = patch_file(path, transform, write=write)
         repair.verification = f"{result.path}: {result.status}"
         repair.verified = True
         say(f"{repair.code} {repair.title}: {repair.detail} ({repair.verification})")

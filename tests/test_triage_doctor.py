@@ -221,9 +221,9 @@ def test_doctor_model_that_fails_even_repaired(tmp_path):
     result = doctor(model, "nv-a100")
     assert result.returncode == 1
     assert "| R4 |" in result.stdout and "| FAILS |" in result.stdout
-    assert "verdict: this model will fail on nv-a100 even with the image's repairs (R4)" in result.stdout
+    assert "verdict: this model will fail on nv-a100 even with the image's repairs (CONFIG, R4)" in result.stdout
     data = json.loads(doctor(model, "nv-a100", "--json").stdout)
-    assert data["verdict"] == "fails" and data["failing"] == ["R4"]
+    assert data["verdict"] == "fails" and data["failing"] == ["CONFIG", "R4"]
     assert {"card", "model_dir", "facts", "repairs", "findings", "args", "env"} <= set(data)
 
 
@@ -238,10 +238,10 @@ def test_doctor_json_carries_verification(models):
 def test_doctor_cannot_tell_without_the_engines_transformers(models):
     result = doctor(models("v5-generic"), "nv-a100", env={"COMPAT_ENGINE_PYTHON": "/nonexistent/python3"})
     assert result.returncode == 2
-    assert "verdict: unknown: R3, R3b could not be verified here; set COMPAT_ENGINE_PYTHON" in result.stdout
+    assert "verdict: unknown: CONFIG, R3, R3b could not be verified here; set COMPAT_ENGINE_PYTHON" in result.stdout
     data = json.loads(doctor(models("v5-generic"), "nv-a100", "--json",
                              env={"COMPAT_ENGINE_PYTHON": "/nonexistent/python3"}).stdout)
-    assert data["verdict"] == "unverified" and data["unverified"] == ["R3", "R3b"]
+    assert data["verdict"] == "unverified" and data["unverified"] == ["CONFIG", "R3", "R3b"]
 
 
 @pytest.mark.parametrize("args", [["/no/such/model", "--card", "nv-a100"], [".", "--card", "mystery"], []])

@@ -12,6 +12,8 @@ Requests and the fields their answers add:
       The reference is the model's tokenizer.json read by `tokenizers` directly: every special
       token there and in the rewritten config keeps its id, and a probe text mixing words,
       digits, non-ASCII and special tokens encodes to the same ids.
+  {"kind": "module", "name": DOTTED}
+      "path": the module's source file for this interpreter (nothing is imported).
   {"kind": "config", "path": DIR, "trust_remote_code": bool, "attributes": [name, ...]}
       "class", "model_type", "attributes": {name: value} as this transformers reads them
       (missing ones left out), and "text_config" (the same three) when the config nests one.
@@ -137,7 +139,24 @@ def check_config(request):
     return dict(result, ok=True, reason=f"reads as {result['class']} (model_type {result['model_type']!r})")
 
 
-CHECKS = {"tokenizer": check_tokenizer, "config": check_config}
+def check_module(request):
+    """Where an engine module's source is for this interpreter, found without importing it (a
+    start-time engine patch, H1, is checked against the engine's file, not the caller's). The
+    lookup is common/patching.py's own, loaded by path so the runtime package is not imported."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "patching.py")
+    spec = importlib.util.spec_from_file_location("_compat_patching", path)
+    patching = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(patching)
+    try:
+        source = patching.module_file(request["name"])
+    except patching.PatchError as exc:
+        return {"ok": False, "reason": str(exc)}
+    return {"ok": True, "reason": f"{request['name']} is {source}", "path": source}
+
+
+CHECKS = {"tokenizer": check_tokenizer, "config": check_config, "module": check_module}
 
 
 def torch_loaded():
@@ -165,7 +184,7 @@ def answer(index, request, version, unavailable=""):
     check = CHECKS.get(kind)
     if check is None:
         result = {"ok": False, "reason": f"unknown check kind {kind!r} (known: {', '.join(sorted(CHECKS))})"}
-    elif version is None:
+    elif version is None and kind != "module":
         result = {"ok": None, "reason": unavailable}
     else:
         try:

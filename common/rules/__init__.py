@@ -4,14 +4,18 @@ from __future__ import annotations
 
 
 from . import (
+    adapter_only,
+    config_support,
     h1_head_size,
     h2_null_head_dim,
+    quantization,
     r2_chat_template,
     r3_extra_special_tokens,
     r3b_tokenizer_class,
     r4_architectures,
     r5_config_format,
     r7_vendor_module_shim,
+    remote_code,
 )
 from .base import Context, Outcome, Rule
 
@@ -20,6 +24,11 @@ if TYPE_CHECKING:
     from typing import Tuple
 
 REGISTRY: Tuple[Rule, ...] = (
+    # Checks first: what no repair fixes.
+    adapter_only.RULE,
+    config_support.RULE,
+    remote_code.RULE,
+    quantization.RULE,
     r2_chat_template.RULE,
     r3_extra_special_tokens.RULE,
     r3b_tokenizer_class.RULE,

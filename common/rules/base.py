@@ -36,6 +36,9 @@ class Rule:
     """
 
     code: str = ""
+    # "runtime repair" (R*, H*: it may add arguments), or "runtime check" (it only finds what no
+    # repair fixes, so doctor can say "fails" before the platform tries).
+    kind: str = "runtime repair"
     title: str = ""
     doc: str = ""
     fix: str = ""

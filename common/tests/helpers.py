@@ -72,7 +72,9 @@ def launch(env: Dict[str, str], model: Path, args: List[str]) -> subprocess.Comp
 
 def preflight_json(model: Path, card: str = "nv-a100", vllm_args: Optional[List[str]] = None,
                    env: Optional[Dict[str, str]] = None) -> dict:
-    proc = run_common(["preflight", str(model), "--card", card, "--dry-run", "--json", "--", *(vllm_args or [])], env)
+    # The tests read the files the plan wrote: kept (a plain dry run removes them).
+    proc = run_common(["preflight", str(model), "--card", card, "--dry-run", "--keep-work-dir", "--json", "--",
+                       *(vllm_args or [])], env)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     return json.loads(proc.stdout)

@@ -120,3 +120,21 @@ def test_a_users_hf_config_path_is_never_replaced(monkeypatch, tmp_path, model):
 def test_unverifiable_view_is_not_served(monkeypatch, tmp_path, model):
     plan = plan_for(monkeypatch, tmp_path, model, engine(**OLD_ENGINE), verify=False)
     assert plan.view is None and plan.args == [] and plan.repairs[0].verified is None
+
+
+def test_dry_runs_and_doctor_leave_nothing_behind(tmp_path, models, env_for_tests):
+    """Dry runs remove what they wrote (114 doctor runs once left 114 work dirs); launch keeps its
+    work dir, since vLLM reads from it."""
+    from .helpers import run_common
+
+    work = tmp_path / "work"
+    env = dict(env_for_tests, COMPAT_WORK_DIR=str(work))
+    model = models("v5-generic")
+    for args in (["preflight", str(model), "--card", "nv-a100", "--dry-run", "--json"],
+                 ["doctor", str(model), "--card", "nv-a100"]):
+        result = run_common(args, env)
+        assert result.returncode == 0, result.stderr
+        assert list(work.iterdir()) == [], args
+    kept = run_common(["preflight", str(model), "--card", "nv-a100", "--dry-run", "--keep-work-dir", "--json"], env)
+    plan = json.loads(kept.stdout)
+    assert Path(plan["work_dir"]).is_dir() and Path(plan["args"][1], "tokenizer_config.json").is_file()

@@ -1,0 +1,53 @@
+"""CONFIG: config.json names a model type the engine's transformers cannot read.
+
+vLLM loads config.json with its own transformers before anything else; a `model_type` that
+release does not know (Qwen3.5, Gemma 4 or GLM-5 on transformers 4.55/4.57) fails the start with
+"does not recognize this architecture", and an unknown `model_type` of a nested `text_config`
+fails the same way (a KeyError in 4.57). No metadata repair teaches an old transformers a new
+model: the finding says the model needs a newer engine. Known types are the engine's own
+(`CONFIG_MAPPING` of its transformers, in the profile); `doctor` also loads the config with the
+engine's AutoConfig, which catches what a table cannot.
+"""
+
+from __future__ import annotations
+
+from ..headsize import NESTED_TEXT_CONFIGS
+from .base import Context, Outcome, Rule
+
+
+class ConfigSupport(Rule):
+    code = "CONFIG"
+    kind = "runtime check"
+    title = "config model type unknown to the engine's transformers"
+    doc = __doc__.split("\n\n", 1)[1].strip()
+    fix = "serve the model on a card variant whose transformers knows its model_type (a newer engine)"
+    log_signatures = (
+        r"has model type `[^`]+` but Transformers does not recognize this architecture",
+        r"Unrecognized model in \S+\. Should have a `model_type` key",
+    )
+
+    def check(self, ctx: Context) -> Outcome:
+        known = ctx.profile.config_model_types
+        config = ctx.model.json_object("config.json")
+        if known is None or not config:
+            return Outcome()
+        auto_map = config.get("auto_map")
+        if isinstance(auto_map, dict) and "AutoConfig" in auto_map:
+            return Outcome()  # the model's own config code: REMOTE_CODE judges it
+        unknown = []
+        model_type = config.get("model_type")
+        if isinstance(model_type, str) and model_type not in known:
+            unknown.append(f"model_type {model_type!r}")
+        for key in NESTED_TEXT_CONFIGS:
+            nested = config.get(key)
+            inner = nested.get("model_type") if isinstance(nested, dict) else None
+            if isinstance(inner, str) and inner not in known:
+                unknown.append(f"{key}.model_type {inner!r}")
+        if not unknown:
+            return Outcome()
+        return Outcome(findings=[self.finding(
+            "error", f"transformers {ctx.profile.transformers_version} (the engine's) does not know "
+                     f"{' and '.join(unknown)}: this model needs a newer engine")])
+
+
+RULE = ConfigSupport()
