@@ -12,6 +12,7 @@ help:
 	@echo "make demo        build an example broken model and show what the $(CARD) image would do"
 	@echo "make test        all tests, real vLLM 0.11.0 end-to-end included (builds the venvs)"
 	@echo "make test-fast   unit and integration tests without starting vLLM"
+	@echo "make fuzz        the property-based red-line suite at 10,000+ random examples"
 	@echo "make bench       preflight speed figures"
 	@echo "make profiles    regenerate common/profiles/*.json from build_matrix.toml and the engine venvs"
 	@echo "make render      build contexts of every card into build/<card>/ (and cards/*/task_info.env)"
@@ -43,6 +44,9 @@ test: envs
 
 test-fast: venv author-env tf455-env upstream-src
 	$(PY) -m pytest -m "not e2e"
+
+fuzz: venv
+	@$(PY) tests/fuzz.py
 
 bench: venv
 	@$(PY) scripts/bench.py
