@@ -69,12 +69,10 @@ build: venv
 release-check: venv
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m compat_build.release check
 
-lint: render
-	$(VENV)/bin/ruff check common compat_build tests scripts conftest.py
-	$(VENV)/bin/vermin --no-tips --violations -t=3.10- common
-	$(VENV)/bin/shellcheck -S warning common/entrypoint.sh scripts/*.sh .ci/run
-	$(VENV)/bin/hadolint --failure-threshold error build/*/Dockerfile
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/actionlint .gitea/workflows/*.yml
+# The linters and their settings are defined once, in compat_build/lint.py (the tests and the
+# release check run the same ones).
+lint: venv
+	@$(PY) -m compat_build.lint
 
 clean:
 	rm -rf build demo .pytest_cache

@@ -16,20 +16,18 @@ what it cannot do on this machine it says it skipped, and why.
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 from typing import Dict, Iterable, List, Optional
 
 from . import manifest as manifest_mod
-from . import task_info
+from . import lint, task_info
 from .platform_client import PlatformClient, PlatformError
 
 ROOT = manifest_mod.ROOT
 # `matrix`, `image`, `validate` and `register` run on a bare runner Python (standard library
 # only); rendering and building (jinja2, docker) are imported where they are used.
 BUILD_DIR = os.path.join(ROOT, "build")
-WORKFLOW = os.path.join(ROOT, ".gitea", "workflows", "docker-build-push.yml")
 
 
 def read_env_file(path: str) -> Dict[str, str]:
@@ -65,12 +63,6 @@ def register(manifest: manifest_mod.Manifest, card: str, image_ref: str) -> None
     print(f"{card}: registered {image_ref}")
 
 
-def _tool(name: str) -> Optional[str]:
-    """A lint tool from the dev venv (next to this interpreter) or PATH."""
-    local = os.path.join(os.path.dirname(sys.executable), name)
-    return local if os.path.exists(local) else shutil.which(name)
-
-
 def copy_sources_missing(context: str) -> List[str]:
     """COPY/ADD sources of the context's Dockerfile that do not exist in the context."""
     from dockerfile_parse import DockerfileParser
@@ -100,7 +92,7 @@ def check(out_dir: str) -> int:
     step("build_matrix.toml", True, f"{len(manifest.cards)} cards")
     stale = task_info.stale_cards(manifest)
     step("task_info.env agree with the manifest", not stale, ", ".join(stale) + " stale: run `make render`" if stale else "")
-    hadolint = _tool("hadolint")
+    hadolint = lint.tool("hadolint")
     for name in manifest_mod.card_names(manifest):
         context = render_card(manifest.cards[name], out_dir)
         missing = copy_sources_missing(context)
@@ -111,12 +103,9 @@ def check(out_dir: str) -> int:
             step(f"{name}: hadolint", result.returncode == 0, (result.stdout + result.stderr).strip())
         else:
             step(f"{name}: hadolint", False, "hadolint not found: run `make venv`")
-    for tool, args in (("shellcheck", ["-S", "warning", os.path.join(ROOT, "common", "entrypoint.sh")]),
-                       ("actionlint", [WORKFLOW])):
-        path = _tool(tool)
-        result = subprocess.run([path, *args], capture_output=True, text=True) if path else None
-        step(tool, bool(result and result.returncode == 0),
-             (result.stdout + result.stderr).strip() if result else f"{tool} not found: run `make venv`")
+    for name in ("shellcheck", "actionlint"):
+        ok, output = lint.run(name)
+        step(name, ok, output)
     if os.environ.get("MODELHUB_TOKEN"):
         for name in manifest_mod.card_names(manifest):
             try:

@@ -10,7 +10,6 @@ names (ENGINE_BIN, engine_env, serve_argv_vanilla, launcher_argv) are the 0.11.0
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
+
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 240
@@ -83,12 +84,6 @@ ENGINE_0110 = Engine("0.11.0", ".venv-engine", "engine-env")
 # distribution version (0.5.5+cpu), and VLLM_CPU_KVCACHE_SPACE unset would reserve 4 GiB.
 ENGINE_055 = Engine("0.5.5", ".venv-engine055", "engine055-env")
 ENGINES = {engine.version: engine for engine in (ENGINE_0110, ENGINE_055)}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:

@@ -6,6 +6,7 @@ import pytest
 
 from compat_build.platform_client import PlatformClient, PlatformError
 from tests.conftest import TOKEN
+from tests.ports import free_port
 
 
 def test_validate_sends_query_and_accepts_true(platform):
@@ -59,11 +60,7 @@ def test_bad_answers(platform, body, needle):
 
 
 def test_connection_refused_is_retried_then_explained():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    port = free_port()  # nothing listens there
     sleeps = []
     client = PlatformClient(f"http://127.0.0.1:{port}", retries=2, backoff=0.5, sleep=sleeps.append)
     with pytest.raises(PlatformError, match="failed 3 times"):

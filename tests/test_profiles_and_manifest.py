@@ -2,7 +2,6 @@
 are exactly what the manifest plus a snapshot of the real engine packages give."""
 
 import copy
-import os
 import shutil
 import tomllib
 from pathlib import Path
@@ -95,11 +94,12 @@ def test_a_card_file_that_is_not_toml_is_named(tmp_path):
         manifest.parse(raw(), str(cards))
 
 
-def test_every_card_folder_and_profile_exists():
-    for name in manifest.load().cards:
-        assert (ROOT / "cards" / name).is_dir()
+def test_every_card_has_its_files_and_a_profile_of_its_engine():
+    for name, card in manifest.load().cards.items():
+        assert (ROOT / "cards" / name / "task_info.env").read_text().count("GPU_TYPE=") == 1
         profile = load_profile(name)
-        assert profile.card == name
+        assert (profile.card, profile.vllm_version, profile.transformers_version) == (name, card.vllm, card.transformers)
+        assert profile.head_size_policy == card.head_size_policy
 
 
 @pytest.mark.skipif(not all((ROOT / venv / "bin" / "python").exists() for venv in (".venv-engine", ".venv-engine055")),
@@ -121,4 +121,5 @@ def test_committed_profiles_match_manifest_and_real_engine(capsys):
 def test_unknown_card_is_a_clear_error():
     with pytest.raises(ValueError, match="no engine profile for card 'nv-h100'"):
         load_profile("nv-h100")
-    assert os.path.isdir(profiles.PROFILE_DIR)
+    with pytest.raises(ValueError, match=r"known: hygon-k100, iluvatar-bi100, nv-a100"):
+        load_profile("nv-h100")
