@@ -6,11 +6,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CARD   ?= nv-a100
 
-.PHONY: help venv author-env engine-env engine055-env tf455-env upstream-src envs demo test test-fast bench profiles profiles-check render build release-check lint clean
+.PHONY: help venv author-env engine-env engine055-env tf455-env upstream-src envs demo test test-fast fuzz fixtures bench profiles profiles-check render build release-check lint clean
 
 help:
 	@echo "make demo        build an example broken model and show what the $(CARD) image would do"
-	@echo "make test        all tests, real vLLM 0.11.0 end-to-end included (builds the venvs)"
+	@echo "make test        all tests, the cards' real engines end-to-end included (builds the venvs)"
 	@echo "make test-fast   unit and integration tests without starting vLLM"
 	@echo "make fuzz        the property-based red-line suite at 10,000+ random examples"
 	@echo "make bench       preflight speed figures"
@@ -18,7 +18,8 @@ help:
 	@echo "make render      build contexts of every card into build/<card>/ (and cards/*/task_info.env)"
 	@echo "make build CARD=nv-a100   build a card image with Docker (CARD=all for every card)"
 	@echo "make release-check        every step of the v* release workflow except push and register"
-	@echo "make lint        ruff, vermin (runtime stays Python 3.10), shellcheck, hadolint, actionlint"
+	@echo "make lint        ruff, ruff format, vermin (runtime stays Python 3.10), shellcheck, hadolint, actionlint"
+	@echo "make fixtures    regenerate the committed fixture models (tests/fixtures/models)"
 
 # Each venv is built once per spec hash in a cache outside the checkout (scripts/make-venv.sh).
 venv:
@@ -44,6 +45,10 @@ test: envs
 
 test-fast: venv author-env tf455-env upstream-src
 	$(PY) -m pytest -m "not e2e"
+
+# The committed fixture models the unit tests read, made again by their authors' transformers.
+fixtures: venv author-env
+	@$(PY) -m tests.fixtures.committed
 
 fuzz: venv
 	@$(PY) tests/fuzz.py
