@@ -80,8 +80,7 @@ def fetch(name: str, entry: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--archive", metavar="NAME", help="only make sure entry NAME's verified archive is "
-                        "cached and print its path")
+    parser.add_argument("--archive", metavar="NAME", help="only make sure entry NAME's verified archive is cached and print its path")
     opts = parser.parse_args()
     with open(SOURCES, "rb") as fh:
         sources = tomllib.load(fh)

@@ -70,13 +70,11 @@ class Engine:
         return env
 
     def serve_argv_vanilla(self, model: Path, port: int) -> List[str]:
-        return [str(self.bin / "vllm"), "serve", str(model), "--max-model-len", "256", "--port", str(port),
-                "--host", "127.0.0.1"]
+        return [str(self.bin / "vllm"), "serve", str(model), "--max-model-len", "256", "--port", str(port), "--host", "127.0.0.1"]
 
     def launcher_argv(self, port: int) -> List[str]:
         """What the image's entrypoint does: the engine's Python runs `common launch`."""
-        return [str(self.python), "-m", "common", "launch", "--",
-                "--max-model-len", "256", "--port", str(port), "--host", "127.0.0.1"]
+        return [str(self.python), "-m", "common", "launch", "--", "--max-model-len", "256", "--port", str(port), "--host", "127.0.0.1"]
 
 
 ENGINE_0110 = Engine("0.11.0", ".venv-engine", "engine-env")
@@ -93,8 +91,7 @@ class Server:
         self.port = port
         self.log_path = log
         self._log = open(log, "w")
-        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     cwd=str(ROOT), start_new_session=True)
+        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=str(ROOT), start_new_session=True)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -118,8 +115,9 @@ class Server:
         return self.proc.wait(timeout=timeout)
 
     def post(self, path: str, body: dict) -> Tuple[int, dict]:
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=120) as r:
                 return r.status, json.loads(r.read())
@@ -143,5 +141,16 @@ engine_env = ENGINE_0110.env
 serve_argv_vanilla = ENGINE_0110.serve_argv_vanilla
 launcher_argv = ENGINE_0110.launcher_argv
 
-__all__ = ["ENGINES", "ENGINE_0110", "ENGINE_055", "ENGINE_BIN", "Engine", "Server", "engine_env", "free_port",
-           "launcher_argv", "serve_argv_vanilla", "sys"]
+__all__ = [
+    "ENGINES",
+    "ENGINE_0110",
+    "ENGINE_055",
+    "ENGINE_BIN",
+    "Engine",
+    "Server",
+    "engine_env",
+    "free_port",
+    "launcher_argv",
+    "serve_argv_vanilla",
+    "sys",
+]

@@ -44,8 +44,9 @@ def build_455(style: str, dest: Path, *extra: str) -> Path:
     """A fixture saved by transformers 4.55.4, the card's own (the engine venv's Python runs the
     builder): `torch_dtype` in config.json, and `"head_dim": null` where the config class has it."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", PYTHONWARNINGS="ignore")
-    subprocess.run([str(ENGINE.python), str(SCRIPT), str(dest), style, *extra], check=True, env=env,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    subprocess.run(
+        [str(ENGINE.python), str(SCRIPT), str(dest), style, *extra], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     return dest
 
 
@@ -59,8 +60,18 @@ RECIPES = {
     # transformers 4.55.4: Qwen3 (its registry has no Qwen3), a Mixtral under the CPU-runnable
     # QuantMixtral class, and a clean Llama.
     "qwen3": lambda d: build_455("generic", d, "--model-type", "qwen3"),
-    "mixtral": lambda d: build_455("generic", d, "--model-type", "mixtral", "--architecture",
-                                   "QuantMixtralForCausalLM", "--initializer-range", "0.1", "--reference-tokens", "16"),
+    "mixtral": lambda d: build_455(
+        "generic",
+        d,
+        "--model-type",
+        "mixtral",
+        "--architecture",
+        "QuantMixtralForCausalLM",
+        "--initializer-range",
+        "0.1",
+        "--reference-tokens",
+        "16",
+    ),
     "clean": lambda d: build_455("generic", d),
 }
 
@@ -117,8 +128,9 @@ def served_name(report: dict, model: Path) -> str:
 
 
 def chat(srv: Server, name: str):
-    return srv.post("/v1/chat/completions", {"model": name, "max_tokens": 4, "temperature": 0,
-                                             "messages": [{"role": "user", "content": "hello"}]})
+    return srv.post(
+        "/v1/chat/completions", {"model": name, "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "hello"}]}
+    )
 
 
 def complete(srv: Server, name: str):
@@ -126,8 +138,9 @@ def complete(srv: Server, name: str):
 
 
 def greedy_tokens(srv: Server, name: str, prompt, count: int) -> List[int]:
-    status, body = srv.post("/v1/completions", {"model": name, "prompt": prompt, "max_tokens": count,
-                                                "temperature": 0, "ignore_eos": True, "logprobs": 1})
+    status, body = srv.post(
+        "/v1/completions", {"model": name, "prompt": prompt, "max_tokens": count, "temperature": 0, "ignore_eos": True, "logprobs": 1}
+    )
     assert status == 200, body
     return [int(t.split(":", 1)[1]) for t in body["choices"][0]["logprobs"]["tokens"]]
 
@@ -144,14 +157,18 @@ def config_of(model: Path) -> dict:
 
 # ---- vanilla vLLM 0.5.5 ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, line, code", [
-    ("v5", "ValueError: Tokenizer class TokenizersBackend does not exist or is not currently imported.", "R3b"),
-    ("renamed", "ValueError: Model architectures ['TinyChatForCausalLM'] are not supported for now.", "R4"),
-    ("qwen3", "ValueError: Model architectures ['Qwen3ForCausalLM'] are not supported for now.", "R4"),
-    # transformers 4.55.4 writes "head_dim": null for Mixtral; 0.5.5's get_head_size returns it and
-    # the KV-cache sizing multiplies by it.
-    ("mixtral", "TypeError: unsupported operand type(s) for *: 'int' and 'NoneType'", "H2"),
-])
+
+@pytest.mark.parametrize(
+    "name, line, code",
+    [
+        ("v5", "ValueError: Tokenizer class TokenizersBackend does not exist or is not currently imported.", "R3b"),
+        ("renamed", "ValueError: Model architectures ['TinyChatForCausalLM'] are not supported for now.", "R4"),
+        ("qwen3", "ValueError: Model architectures ['Qwen3ForCausalLM'] are not supported for now.", "R4"),
+        # transformers 4.55.4 writes "head_dim": null for Mixtral; 0.5.5's get_head_size returns it and
+        # the KV-cache sizing multiplies by it.
+        ("mixtral", "TypeError: unsupported operand type(s) for *: 'int' and 'NoneType'", "H2"),
+    ],
+)
 def test_vanilla_refuses_to_start(bi100_models, server, name, line, code):
     model = bi100_models(name)
     if name == "mixtral":
@@ -208,13 +225,13 @@ def test_vanilla_mixtral_with_explicit_head_dim_serves_transformers_tokens(bi100
     (view / "config.json").write_text(json.dumps(config))
     srv = vanilla(server, view, *GREEDY)
     assert srv.wait_ready(), srv.log()[-3000:]
-    assert greedy_tokens(srv, str(view), author["reference_prompt"], len(author["reference_tokens"])) == \
-        author["reference_tokens"]
+    assert greedy_tokens(srv, str(view), author["reference_prompt"], len(author["reference_tokens"])) == author["reference_tokens"]
     status, body = chat(srv, str(view))
     assert status == 200, body
 
 
 # ---- through the launcher (COMPAT_CARD=iluvatar-bi100) ----------------------------------------
+
 
 def test_launcher_serves_transformers5_model_with_authors_ids_and_tokens(bi100_models, server, tmp_path):
     """The tokenizer (R3, R3b) and the config (R5) of a transformers-5 model, on one server: chat
@@ -233,8 +250,7 @@ def test_launcher_serves_transformers5_model_with_authors_ids_and_tokens(bi100_m
     for token, want in author["special_ids"].items():
         assert served_ids(srv, name, token) == [want], token
     assert served_ids(srv, name, author["probe"]) == author["probe_ids"]
-    assert greedy_tokens(srv, name, author["reference_prompt"], len(author["reference_tokens"])) == \
-        author["reference_tokens"]
+    assert greedy_tokens(srv, name, author["reference_prompt"], len(author["reference_tokens"])) == author["reference_tokens"]
 
 
 def test_launcher_chat_without_template_200(bi100_models, server, tmp_path):
