@@ -49,6 +49,10 @@ class Profile:
         self.head_dim_none_fallback: Optional[bool] = engine.get("head_dim_none_fallback")
         self.null_head_dim_model_types: FrozenSet[str] = frozenset(engine.get("null_head_dim_model_types") or ())
         self.config_model_types: Optional[FrozenSet[str]] = _optional_set(engine.get("config_model_types"))
+        reads = engine.get("reads") if isinstance(engine.get("reads"), dict) else {}
+        self.reads_rope_parameters: Optional[bool] = reads.get("rope_parameters")
+        self.reads_dtype_key: Optional[bool] = reads.get("dtype")
+        self.reads_extra_special_tokens_list: Optional[bool] = reads.get("extra_special_tokens_list")
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> Profile:

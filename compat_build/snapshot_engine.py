@@ -226,6 +226,42 @@ def engine_args(vllm_source: str = "") -> List[str]:
     return []
 
 
+def reads_transformers5_format() -> Dict[str, Optional[bool]]:
+    """What the engine's transformers makes of the files transformers 5 writes, asked of its own
+    classes: `rope_parameters` (a config class taking it as a parameter; 4.x sets an unknown
+    key as an inert attribute), the `dtype` key (read back as torch_dtype from 4.56 on), and a
+    list of `extra_special_tokens` (4.x calls .keys() on it). None: could not be asked."""
+    facts: Dict[str, Optional[bool]] = {"rope_parameters": None, "dtype": None, "extra_special_tokens_list": None}
+    try:
+        import inspect
+
+        from transformers import LlamaConfig
+    except Exception:
+        return facts
+    facts["rope_parameters"] = "rope_parameters" in inspect.signature(LlamaConfig.__init__).parameters
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            read = LlamaConfig.from_dict({"dtype": "bfloat16"})
+            facts["dtype"] = "bfloat16" in str(getattr(read, "torch_dtype", None))
+    except Exception:
+        pass
+    try:
+        from tokenizers import Tokenizer, models
+        from transformers import PreTrainedTokenizerFast
+
+        backend = Tokenizer(models.WordLevel({"<unk>": 0, "<x>": 1}, unk_token="<unk>"))
+        tok = PreTrainedTokenizerFast(tokenizer_object=backend, extra_special_tokens=["<x>"])
+        facts["extra_special_tokens_list"] = tok.convert_tokens_to_ids("<x>") == 1
+    except AttributeError:  # 'list' object has no attribute 'keys'
+        facts["extra_special_tokens_list"] = False
+    except Exception:
+        pass
+    return facts
+
+
 def snapshot(vllm_source: str = "") -> Dict[str, Any]:
     data: Dict[str, Any] = {
         "vllm_version": _dist_version("vllm"),
@@ -237,6 +273,7 @@ def snapshot(vllm_source: str = "") -> Dict[str, Any]:
         "quantization_methods": quantization_methods(),
         "head_dim_none_fallback": head_dim_none_fallback(),
         "null_head_dim_model_types": null_head_dim_model_types(),
+        "reads": reads_transformers5_format(),
     }
     data.update(transformers_tables())
     return data

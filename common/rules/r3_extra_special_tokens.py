@@ -1,7 +1,8 @@
 """R3: `extra_special_tokens` written as a list by transformers 5.
 
 transformers 4.x reads `extra_special_tokens` as a dict of attribute name -> token and fails with
-`AttributeError: 'list' object has no attribute 'keys'` on the list form v5 writes. Moving the
+`AttributeError: 'list' object has no attribute 'keys'` on the list form v5 writes (whether the
+engine's transformers reads the list is asked of it when its profile is made). Moving the
 list into `additional_special_tokens` keeps 4.x's meaning and every special-token id (turning it
 into `{t: t}` would load, but invents attributes named like the tokens).
 """
@@ -22,8 +23,8 @@ class ExtraSpecialTokensList(Rule):
     def check(self, ctx: Context) -> Outcome:
         config = tokenizer_config(ctx.model)
         extra = config.get("extra_special_tokens")
-        if not isinstance(extra, list):
-            return Outcome()
+        if not isinstance(extra, list) or ctx.profile.reads_extra_special_tokens_list:
+            return Outcome()  # not the list form, or an engine whose transformers reads it (5.x)
         reason = tokenizer_hands_off(ctx)
         if reason:
             return Outcome(findings=[self.finding("warning", f"extra_special_tokens is a list, but {reason}; not rewritten")])

@@ -26,8 +26,6 @@ TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple
 
-# transformers reads `dtype` from this version on (before: `torch_dtype` only).
-DTYPE_KEY_SINCE = (4, 56)
 # The dtype names a config may carry; anything else is never passed on (a model's string must
 # not become a flag: `--dtype --trust-remote-code` would be two arguments to vLLM).
 CONFIG_DTYPES = ("float16", "bfloat16", "float32", "float64", "half", "float")
@@ -38,14 +36,6 @@ CONFIG_DTYPES = ("float16", "bfloat16", "float32", "float64", "half", "float")
 AUTO_SERVES = {"float32": "float16", "float": "float16", "float64": "float16"}
 # rope_parameters keys that are not part of a 4.x `rope_scaling` dict.
 NOT_SCALING = ("rope_theta", "partial_rotary_factor")
-
-
-def _version(text: str) -> Tuple[int, ...]:
-    parts = []
-    for piece in text.split(".")[:2]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
 
 
 def _number(value: Any, low: float = 0.0, high: float = math.inf, low_open: bool = True) -> bool:
@@ -81,14 +71,15 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def lost_values(config: Dict[str, Any], transformers_version: str, refused: Optional[List[str]] = None) -> Dict[str, Any]:
-    """The top-level config keys the engine's transformers would lose, with their values. Only
-    sane values are restored (a finite positive rope_theta, ...); each other one is described in
-    `refused` when given."""
+def lost_values(config: Dict[str, Any], reads_rope_parameters: bool, reads_dtype_key: bool,
+                refused: Optional[List[str]] = None) -> Dict[str, Any]:
+    """The top-level config keys an engine's transformers that reads (or not) `rope_parameters`
+    and the `dtype` key would lose, with their values. Only sane values are restored (a finite
+    positive rope_theta, ...); each other one is described in `refused` when given."""
     lost: Dict[str, Any] = {}
     refused = refused if refused is not None else []
     rope = config.get("rope_parameters")
-    if isinstance(rope, dict):
+    if isinstance(rope, dict) and not reads_rope_parameters:
         theta = rope.get("rope_theta")
         if "rope_theta" in rope and "rope_theta" not in config:
             if _number(theta):
@@ -110,7 +101,7 @@ def lost_values(config: Dict[str, Any], transformers_version: str, refused: Opti
             else:
                 refused.append(f"rope_parameters ({kind} scaling): {why}, not a sane value")
     dtype = config.get("dtype")
-    if dtype in CONFIG_DTYPES and "torch_dtype" not in config and _version(transformers_version) < DTYPE_KEY_SINCE:
+    if dtype in CONFIG_DTYPES and "torch_dtype" not in config and not reads_dtype_key:
         # The engine's transformers reads no dtype: the engine takes the model for float32.
         if AUTO_SERVES.get(dtype, dtype) != AUTO_SERVES["float32"]:
             lost["torch_dtype"] = dtype
@@ -137,15 +128,22 @@ class ConfigFormat(Rule):
         if not config:
             return outcome
         version = ctx.profile.transformers_version
+        rope_read, dtype_read = ctx.profile.reads_rope_parameters, ctx.profile.reads_dtype_key
+        if rope_read is None or dtype_read is None:
+            if "rope_parameters" in config or "dtype" in config:
+                outcome.findings.append(self.finding(
+                    "unverified", "this profile does not say whether the engine's transformers reads rope_parameters "
+                                  "and dtype (transformers 5 form); not checked"))
+            return outcome
         refused: List[str] = []
-        lost = lost_values(config, version, refused)
+        lost = lost_values(config, rope_read, dtype_read, refused)
         for why in refused:
             outcome.findings.append(self.finding(
                 "warning", f"{why}: not restored; the engine's transformers {version} will use its default"))
         for key in NESTED:
             nested = config.get(key)
             if isinstance(nested, dict):
-                inner = lost_values(nested, version)
+                inner = lost_values(nested, rope_read, dtype_read)
                 inner.pop("torch_dtype", None)  # the top-level dtype decides the engine's dtype
                 if inner:
                     outcome.findings.append(self.finding(

@@ -37,6 +37,8 @@ def profile_json(card: Dict[str, Any], snap: Dict[str, Any]) -> Dict[str, Any]:
             "head_dim_none_fallback": snap["head_dim_none_fallback"],
             "null_head_dim_model_types": snap["null_head_dim_model_types"],
             "config_model_types": snap["config_model_types"],
+            # What its transformers reads of the transformers-5 formats (R3, R5 decide from it).
+            "reads": snap["reads"],
             "tokenizer_classes": snap["tokenizer_classes"],
             "tokenizer_model_types": snap["tokenizer_model_types"],
             "model_type_architectures": snap["model_type_architectures"],
