@@ -194,8 +194,8 @@ def _load_yaml(text: str) -> Any:
 _BOOL = {**{w: True for w in ("yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON")},
          **{w: False for w in ("no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF")}}
 _NULL = ("", "~", "null", "Null", "NULL")
-_INT = re.compile(r"[-+]?(?:0|[1-9][0-9_]*)\Z")
-_FLOAT = re.compile(r"[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+][0-9]+)?\Z")
+_INT = r"[-+]?(?:0|[1-9][0-9_]*)\Z"  # patterns, compiled (by re's cache) only when the small reader runs
+_FLOAT = r"[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+][0-9]+)?\Z"
 
 
 def _flat_yaml(text: str) -> Optional[Dict[str, Any]]:
@@ -245,9 +245,9 @@ def _scalar(token: str) -> Any:
         return _BOOL[token]
     if token in _NULL:
         return None
-    if _INT.match(token):
+    if re.match(_INT, token):
         return int(token.replace("_", ""))
-    if _FLOAT.match(token) and token not in (".", "-.", "+."):
+    if re.match(_FLOAT, token) and token not in (".", "-.", "+."):
         return float(token.replace("_", ""))
     return token
 

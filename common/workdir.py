@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 FALLBACK_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
 
 
-def _inside(path: str, root: str) -> bool:
-    path, root = os.path.realpath(path), os.path.realpath(root)
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+def _inside(real_path: str, real_root: str) -> bool:
+    """Whether a resolved path is `real_root` or below it."""
+    return real_path == real_root or real_path.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
 def _candidates(env: Mapping[str, str]) -> List[Tuple[str, str, str]]:
@@ -40,20 +40,19 @@ def _candidates(env: Mapping[str, str]) -> List[Tuple[str, str, str]]:
 
 def make_run_dir(env: Mapping[str, str], model_dir: str) -> Optional[str]:
     """A new private directory outside `model_dir`, or None when none can be made anywhere."""
+    model = os.path.realpath(model_dir)
     tried = set()
     for label, root, prefix in _candidates(env):
         if root in tried:
             continue
         tried.add(root)
         try:
-            if _inside(root, model_dir):
+            parent = os.path.realpath(root)  # symlinks resolved: the directory really written
+            if _inside(parent, model):
                 say(f"{label} {root} is inside the model directory, which is never written; not used")
                 continue
             if label == "COMPAT_WORK_DIR":
-                os.makedirs(root, exist_ok=True)
-            parent = os.path.realpath(root)
-            if _inside(parent, model_dir):  # made or swapped into the model meanwhile
-                continue
+                os.makedirs(parent, exist_ok=True)
             return _fresh_dir(parent, prefix)
         except (OSError, ValueError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc)
