@@ -85,8 +85,12 @@ def _uncoerced(env: Dict[str, str]) -> Dict[str, str]:
     """Without /proc: drop the LC_CTYPE that coercion would have written. Coercion happened only
     if the start-up locale was C (then UTF-8 mode is on too); if LC_CTYPE was really given with
     that value, vLLM's own Python coerces to the same value again."""
-    if (sys.flags.utf8_mode and not env.get("LC_ALL") and env.get("LANG", "C") in ("", "C", "POSIX")
-            and env.get("LC_CTYPE") in COERCION_TARGETS):
+    if (
+        sys.flags.utf8_mode
+        and not env.get("LC_ALL")
+        and env.get("LANG", "C") in ("", "C", "POSIX")
+        and env.get("LC_CTYPE") in COERCION_TARGETS
+    ):
         del env["LC_CTYPE"]
     return env
 
@@ -142,8 +146,7 @@ def _bounded(work: Callable[[], object], limit: float, what: str, limit_name: st
 def _preflight(plan: Plan, model_dir: str, card: str, user_args: List[str], env: Mapping[str, str]) -> None:
     """Fill `plan` within COMPAT_TIMEOUT; interrupted, keep the repairs complete by then."""
     timeout = seconds(env, "COMPAT_TIMEOUT", DEFAULT_TIMEOUT_S)
-    if _bounded(lambda: build_plan(model_dir, card, user_args, env, plan=plan, patch_engine=True),
-                timeout, "preflight", "COMPAT_TIMEOUT="):
+    if _bounded(lambda: build_plan(model_dir, card, user_args, env, plan=plan, patch_engine=True), timeout, "preflight", "COMPAT_TIMEOUT="):
         return
     say("starting vLLM with the repairs completed so far")
     _stop_children()
@@ -176,7 +179,7 @@ def _stop_children() -> None:
         try:
             with open(f"/proc/{entry}/stat", "rb") as fh:
                 data = fh.read()
-            parents[int(entry)] = int(data[data.rindex(b")") + 2:].split()[1])  # after "pid (comm) state"
+            parents[int(entry)] = int(data[data.rindex(b")") + 2 :].split()[1])  # after "pid (comm) state"
         except (OSError, ValueError, IndexError):
             continue
     me = os.getpid()
@@ -247,8 +250,11 @@ def _planned(model_dir: str, user_args: List[str], env: Mapping[str, str]) -> Op
 def _launch(user_args: List[str], env: Mapping[str, str]) -> NoReturn:
     model_dir = env.get("MODEL_DIR") or "/model"
     given_env: Dict[str, str] = {}
-    if not _bounded(lambda: given_env.update(original_environ() if env is os.environ else dict(env)),
-                    SALVAGE_S, "reading the environment the container started with"):
+    if not _bounded(
+        lambda: given_env.update(original_environ() if env is os.environ else dict(env)),
+        SALVAGE_S,
+        "reading the environment the container started with",
+    ):
         given_env = _uncoerced(dict(env))  # the next best: Python's copy, less its coercion
     exec_env = dict(given_env)
     plan: Optional[Plan] = None

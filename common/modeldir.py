@@ -88,7 +88,7 @@ def _deeper_than(value: Any, limit: int) -> bool:
         node, depth = stack.pop()
         if depth > limit:
             return True
-        for child in (node.values() if isinstance(node, dict) else node):
+        for child in node.values() if isinstance(node, dict) else node:
             if isinstance(child, (dict, list)):
                 stack.append((child, depth + 1))
     return False
@@ -175,7 +175,9 @@ class ModelDir:
                 return FileState(name, True, False, problem=Problem(name, "is a dangling symlink"))
             if not inside:
                 return FileState(
-                    name, True, False,
+                    name,
+                    True,
+                    False,
                     problem=Problem(name, "is a symlink that leaves the model directory; not followed"),
                 )
         try:
@@ -188,7 +190,10 @@ class ModelDir:
             return FileState(name, True, False, st.st_size, Problem(name, "is not readable (permission denied)"))
         if st.st_size <= LFS_POINTER_MAX and self._is_lfs_pointer(full):
             return FileState(
-                name, True, False, st.st_size,
+                name,
+                True,
+                False,
+                st.st_size,
                 Problem(name, "is a Git-LFS pointer, not the file (run `git lfs pull` before submitting)"),
             )
         return FileState(name, True, True, st.st_size)
@@ -235,7 +240,9 @@ class ModelDir:
             return None, st.problem
         size_cap = JSON_SIZE_CAPS.get(name, JSON_SIZE_CAP)
         if st.size > size_cap:
-            return None, Problem(name, f"is {st.size // (1024 * 1024)} MiB, over the {size_cap // (1024 * 1024)} MiB cap for metadata; not read")
+            return None, Problem(
+                name, f"is {st.size // (1024 * 1024)} MiB, over the {size_cap // (1024 * 1024)} MiB cap for metadata; not read"
+            )
         try:
             with open(os.path.join(self.path, name), "rb") as fh:
                 raw = fh.read(size_cap + 1)
@@ -244,8 +251,11 @@ class ModelDir:
         memory_cap = JSON_MEMORY_CAPS.get(name, JSON_MEMORY_CAP)
         cost = memory_cost(raw)
         if cost > memory_cap:
-            return None, Problem(name, f"would take ~{cost // (1024 * 1024)} MiB of memory to parse (its containers and items), "
-                                       f"over the {memory_cap // (1024 * 1024)} MiB cap for metadata; not read")
+            return None, Problem(
+                name,
+                f"would take ~{cost // (1024 * 1024)} MiB of memory to parse (its containers and items), "
+                f"over the {memory_cap // (1024 * 1024)} MiB cap for metadata; not read",
+            )
         try:
             text = _decode(raw)
         except UnicodeDecodeError as exc:
@@ -262,8 +272,11 @@ class ModelDir:
         if "\\ud" in text or "\\uD" in text:  # only a \\uXXXX escape can make a lone surrogate
             value, escaped = _escape_lone_surrogates(value)
             if escaped:
-                return value, Problem(name, f"holds {escaped} string(s) with lone UTF-16 surrogates (not valid Unicode); "
-                                            "carried with each as its \\uXXXX text, and the file is not rewritten")
+                return value, Problem(
+                    name,
+                    f"holds {escaped} string(s) with lone UTF-16 surrogates (not valid Unicode); "
+                    "carried with each as its \\uXXXX text, and the file is not rewritten",
+                )
         return value, None
 
     def read_text(self, name: str, cap: int = 1024 * 1024) -> Tuple[Optional[str], Optional[Problem]]:

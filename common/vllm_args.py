@@ -117,6 +117,7 @@ def _given(args: List[str], flag: str) -> bool:
 
 # -- the --config file, read as vLLM reads it --------------------------------------------------
 
+
 def config_file_args(args: List[str]) -> Tuple[List[str], Optional[str]]:
     """The arguments vLLM pulls from `--config FILE` in `args`, in its order, or ([], why not).
     Never raises: a file vLLM itself cannot read makes vLLM refuse to start anyway."""
@@ -191,8 +192,10 @@ def _load_yaml(text: str) -> Any:
 
 
 # PyYAML's (YAML 1.1) implicit scalars, the forms a flat flags file uses.
-_BOOL = {**{w: True for w in ("yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON")},
-         **{w: False for w in ("no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF")}}
+_BOOL = {
+    **{w: True for w in ("yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON")},
+    **{w: False for w in ("no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF")},
+}
 _NULL = ("", "~", "null", "Null", "NULL")
 _INT = r"[-+]?(?:0|[1-9][0-9_]*)\Z"  # patterns, compiled (by re's cache) only when the small reader runs
 _FLOAT = r"[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+][0-9]+)?\Z"
@@ -226,7 +229,7 @@ def _flat_yaml(text: str) -> Optional[Dict[str, Any]]:
 def _scalar(token: str) -> Any:
     if token[:1] == "'":
         end = token.find("'", 1)
-        while end != -1 and token[end + 1:end + 2] == "'":
+        while end != -1 and token[end + 1 : end + 2] == "'":
             end = token.find("'", end + 2)
         return token[1:end].replace("''", "'") if end != -1 else UNREADABLE
     if token[:1] == '"':
@@ -253,6 +256,7 @@ def _scalar(token: str) -> Any:
 
 
 # -- joining ------------------------------------------------------------------------------------
+
 
 def deep_merge(ours: Dict[str, Any], theirs: Dict[str, Any]) -> Dict[str, Any]:
     """`theirs` laid over `ours`: nested dicts merge, any other value of theirs wins."""
@@ -288,16 +292,20 @@ def join_args(repair_args: List[str], hf_overrides: Dict[str, Any], user: UserAr
     i = 0
     while i < len(repair_args):
         flag = flag_name(repair_args[i])
-        takes_value = flag is not None and "=" not in repair_args[i] and i + 1 < len(repair_args) and not repair_args[i + 1].startswith("--")
-        chunk = repair_args[i:i + 2] if takes_value else repair_args[i:i + 1]
+        takes_value = (
+            flag is not None and "=" not in repair_args[i] and i + 1 < len(repair_args) and not repair_args[i + 1].startswith("--")
+        )
+        chunk = repair_args[i : i + 2] if takes_value else repair_args[i : i + 1]
         if flag is None or not user.has(flag):
             ours.extend(chunk)
         i += len(chunk)
     user_args = list(user.args)
     if hf_overrides:
         if user.dotted(HF_OVERRIDES):
-            problems.append("--hf-overrides is given key by key (--hf-overrides.KEY), which vLLM applies over any "
-                            "whole value; repair overrides not added")
+            problems.append(
+                "--hf-overrides is given key by key (--hf-overrides.KEY), which vLLM applies over any "
+                "whole value; repair overrides not added"
+            )
         elif _given(user.args, HF_OVERRIDES):
             given = _last_value(user.args, HF_OVERRIDES)
             merged = None if given is None else _merged(hf_overrides, given)

@@ -66,7 +66,7 @@ def _fresh_dir(parent: str, prefix: str) -> str:
     """A new private directory (what tempfile.mkdtemp does, without importing tempfile's
     random/hashlib chain at every container start)."""
     for attempt in range(100):
-        path = os.path.join(parent, f"{prefix}{os.getpid()}-{time.time_ns() % 10 ** 9}-{attempt}")
+        path = os.path.join(parent, f"{prefix}{os.getpid()}-{time.time_ns() % 10**9}-{attempt}")
         try:
             os.mkdir(path, 0o700)
             return path

@@ -69,13 +69,25 @@ sys.exit(main(["launch", "--"] + args))
 
 def nobody_python() -> Optional[str]:
     """An interpreter (3.10+) that uid 65534 can run: the launcher is stdlib-only."""
-    candidates = [sys.executable, os.path.realpath(sys.executable), shutil.which("python3"),
-                  "/usr/bin/python3", "/usr/local/bin/python3", shutil.which("python3.10")]
+    candidates = [
+        sys.executable,
+        os.path.realpath(sys.executable),
+        shutil.which("python3"),
+        "/usr/bin/python3",
+        "/usr/local/bin/python3",
+        shutil.which("python3.10"),
+    ]
     for candidate in filter(None, candidates):
         try:
-            proc = subprocess.run([candidate, "-c", "import sys; assert sys.version_info >= (3, 10)"],
-                                  user=NOBODY, group=NOBODY, extra_groups=[], capture_output=True, timeout=30,
-                                  cwd="/")
+            proc = subprocess.run(
+                [candidate, "-c", "import sys; assert sys.version_info >= (3, 10)"],
+                user=NOBODY,
+                group=NOBODY,
+                extra_groups=[],
+                capture_output=True,
+                timeout=30,
+                cwd="/",
+            )
         except (OSError, subprocess.SubprocessError):
             continue
         if proc.returncode == 0:
@@ -138,7 +150,8 @@ class Sandbox:
             "# /proc, not os.environ: this Python's own locale coercion must not be recorded as the launcher's\n"
             "raw = open('/proc/self/environ', 'rb').read().split(b'\\0')\n"
             "env = dict(os.fsdecode(e).split('=', 1) for e in raw if b'=' in e)\n"
-            f"open({str(self.record)!r}, 'a').write(json.dumps({{'argv': sys.argv, 'env': env}}) + '\\n')\n")
+            f"open({str(self.record)!r}, 'a').write(json.dumps({{'argv': sys.argv, 'env': env}}) + '\\n')\n"
+        )
         self.vllm.chmod(0o755)
         self.work = self.base / "work"
         self.work.mkdir()
@@ -164,9 +177,15 @@ class Sandbox:
 
     def env(self, **extra: str) -> Dict[str, str]:
         """The environment a container would start with: no locale, nothing of the test's own."""
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/nonexistent" if self.as_nobody else str(self.base),
-               "MODEL_DIR": str(self.model), "COMPAT_CARD": "nv-a100", "COMPAT_WORK_DIR": str(self.work),
-               "COMPAT_VLLM": str(self.vllm), "COMPAT_ENGINE_PYTHON": str(self.base / "no-engine-python")}
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/nonexistent" if self.as_nobody else str(self.base),
+            "MODEL_DIR": str(self.model),
+            "COMPAT_CARD": "nv-a100",
+            "COMPAT_WORK_DIR": str(self.work),
+            "COMPAT_VLLM": str(self.vllm),
+            "COMPAT_ENGINE_PYTHON": str(self.base / "no-engine-python"),
+        }
         env.update(extra)
         return env
 
@@ -191,25 +210,38 @@ class Sandbox:
         if self.as_nobody:
             kwargs = {"user": NOBODY, "group": NOBODY, "extra_groups": []}
         start = time.monotonic()
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace", timeout=timeout,
-                              cwd="/", preexec_fn=preexec if close_fds else None, **kwargs)
+        proc = subprocess.run(
+            cmd,
+            env=env,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            cwd="/",
+            preexec_fn=preexec if close_fds else None,
+            **kwargs,
+        )
         elapsed = time.monotonic() - start
         called = self.called() if self.calls() > before else None
         return Result(proc, called, elapsed)
 
-    def launch(self, args: Sequence[str], env: Dict[str, str], faults: Sequence[Sequence[str]] = (),
-               close_fds: Sequence[int] = (), timeout: float = 120) -> Result:
+    def launch(
+        self,
+        args: Sequence[str],
+        env: Dict[str, str],
+        faults: Sequence[Sequence[str]] = (),
+        close_fds: Sequence[int] = (),
+        timeout: float = 120,
+    ) -> Result:
         cmd = [self.python, "-c", CHILD, str(ROOT), json.dumps([list(f) for f in faults]), *args]
         return self._run(cmd, env, close_fds, timeout)
 
-    def bootstrap(self, args: Sequence[str], env: Dict[str, str], close_fds: Sequence[int] = (),
-                  timeout: float = 120) -> Result:
+    def bootstrap(self, args: Sequence[str], env: Dict[str, str], close_fds: Sequence[int] = (), timeout: float = 120) -> Result:
         """`python3 common/bootstrap.py launch -- ARGS`, as the entrypoint execs it."""
         cmd = [self.python, str(ROOT / "common" / "bootstrap.py"), "launch", "--", *args]
         return self._run(cmd, env, close_fds, timeout)
 
-    def entrypoint(self, args: Sequence[str], env: Dict[str, str], close_fds: Sequence[int] = (),
-                   timeout: float = 120) -> Result:
+    def entrypoint(self, args: Sequence[str], env: Dict[str, str], close_fds: Sequence[int] = (), timeout: float = 120) -> Result:
         env = dict(env)
         env.setdefault("COMPAT_HOME", str(ROOT))
         env.setdefault("COMPAT_PYTHON", self.python)

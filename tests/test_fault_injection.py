@@ -57,7 +57,7 @@ def boxes(models):
             box = made[as_nobody] = Sandbox(models("v5-generic"), as_nobody=as_nobody)
             result = box.launch(USER_ARGS, box.env())
             assert result.returncode == 0, result.stderr
-            box.repairs = result.argv[3:-len(USER_ARGS)]
+            box.repairs = result.argv[3 : -len(USER_ARGS)]
             assert box.repairs, result.stderr
         return made[as_nobody]
 
@@ -71,8 +71,8 @@ def assert_started(box: Sandbox, result, env):
     argv = result.argv
     assert all(isinstance(a, str) for a in argv)
     assert argv[1:3] == ["serve", str(box.model)], result.stderr
-    assert argv[-len(USER_ARGS):] == USER_ARGS, result.stderr
-    assert argv[3:-len(USER_ARGS)] in ([], box.repairs), result.stderr  # nothing but what the repairs add
+    assert argv[-len(USER_ARGS) :] == USER_ARGS, result.stderr
+    assert argv[3 : -len(USER_ARGS)] in ([], box.repairs), result.stderr  # nothing but what the repairs add
     assert result.env == env
 
 
@@ -96,8 +96,10 @@ ENVIRONMENTS = {
     "no locale": {},
     "C locale": {"env": {"LC_ALL": "C"}},
     "work dir unwritable": {"env": {"COMPAT_WORK_DIR": "/proc/self/none", "TMPDIR": "/proc/self/none"}},
-    "no work dir anywhere": {"env": {"COMPAT_WORK_DIR": "/proc/self/none", "TMPDIR": "/proc/self/none"},
-                             "faults": [("common.workdir:FALLBACK_ROOTS", "value:[]")]},
+    "no work dir anywhere": {
+        "env": {"COMPAT_WORK_DIR": "/proc/self/none", "TMPDIR": "/proc/self/none"},
+        "faults": [("common.workdir:FALLBACK_ROOTS", "value:[]")],
+    },
     "full disk": {"faults": [("common.workdir:_fresh_dir", "enospc")]},
     "work dir in the model": {"env": {"COMPAT_WORK_DIR": "{model}/work", "TMPDIR": "{model}"}},
     "cwd removed": {"faults": [("os:getcwd", "enospc")]},
@@ -143,10 +145,10 @@ def test_a_model_the_user_cannot_write_or_read_still_starts(models, case):
         env = box.env()
         result = box.launch(USER_ARGS, env)
         assert result.returncode == 0, result.stderr
-        assert result.argv[1:3] == ["serve", str(box.model)] and result.argv[-len(USER_ARGS):] == USER_ARGS
+        assert result.argv[1:3] == ["serve", str(box.model)] and result.argv[-len(USER_ARGS) :] == USER_ARGS
         assert result.env == env
         if case == "read-only model":
-            assert "--hf-overrides" in result.argv[3:-len(USER_ARGS)]  # R5 needs no file
+            assert "--hf-overrides" in result.argv[3 : -len(USER_ARGS)]  # R5 needs no file
         assert tree_digest(box.model) == before
     finally:
         box.cleanup()

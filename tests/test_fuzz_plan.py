@@ -33,42 +33,103 @@ from common.vllm_args import UserArgs, flag_name
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "0")) or None
 COUNT = {"examples": 0}
-FUZZ = settings(max_examples=EXAMPLES or 120, deadline=None, database=None, derandomize=EXAMPLES is None,
-                suppress_health_check=list(HealthCheck))
+FUZZ = settings(
+    max_examples=EXAMPLES or 120, deadline=None, database=None, derandomize=EXAMPLES is None, suppress_health_check=list(HealthCheck)
+)
 CARDS = ["nv-a100", "hygon-k100", "iluvatar-bi100"]
 REPAIR_ENV = {"VLLM_ATTENTION_BACKEND", "VLLM_USE_FLASH_ATTN_PA", "PYTHONPATH"}
 
 # -- what a model may hold ------------------------------------------------------------------
 
 texts = st.text(st.one_of(st.characters(), st.characters(categories=["Cs"])), max_size=12)
-names = st.sampled_from(["LlamaForCausalLM", "Qwen2ForCausalLM", "MixtralForCausalLM", "TokenizersBackend",
-                         "PreTrainedTokenizerFast", "llama", "qwen2", "mixtral", "default", "yarn", "linear",
-                         "bfloat16", "float16", "<|im_start|>", "<|im_end|>", "<s>", "</s>", "--tokenizer"])
-numbers = st.one_of(st.integers(-10, 10 ** 7), st.sampled_from([10 ** 400, -(10 ** 30), 128, 4096, 32, 1000000.0]),
-                    st.floats(allow_nan=True, allow_infinity=True))
+names = st.sampled_from(
+    [
+        "LlamaForCausalLM",
+        "Qwen2ForCausalLM",
+        "MixtralForCausalLM",
+        "TokenizersBackend",
+        "PreTrainedTokenizerFast",
+        "llama",
+        "qwen2",
+        "mixtral",
+        "default",
+        "yarn",
+        "linear",
+        "bfloat16",
+        "float16",
+        "<|im_start|>",
+        "<|im_end|>",
+        "<s>",
+        "</s>",
+        "--tokenizer",
+    ]
+)
+numbers = st.one_of(
+    st.integers(-10, 10**7), st.sampled_from([10**400, -(10**30), 128, 4096, 32, 1000000.0]), st.floats(allow_nan=True, allow_infinity=True)
+)
 scalars = st.one_of(st.none(), st.booleans(), numbers, texts, names)
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                       st.dictionaries(st.one_of(texts, names), inner, max_size=4)),
-                      max_leaves=12)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.one_of(texts, names), inner, max_size=4)),
+    max_leaves=12,
+)
 
-ROPE = st.fixed_dictionaries({}, optional={"rope_type": st.one_of(names, values), "rope_theta": st.one_of(numbers, values),
-                                           "factor": st.one_of(numbers, values), "partial_rotary_factor": st.one_of(numbers, values),
-                                           "original_max_position_embeddings": numbers, "truncate": st.booleans()})
-CONFIG = st.fixed_dictionaries({}, optional={
-    "architectures": st.one_of(st.lists(st.one_of(names, texts), max_size=2), values),
-    "model_type": st.one_of(names, values), "rope_parameters": st.one_of(ROPE, values), "rope_theta": numbers,
-    "rope_scaling": st.one_of(st.none(), values), "dtype": st.one_of(names, values), "torch_dtype": st.one_of(names, values),
-    "head_dim": numbers, "hidden_size": numbers, "num_attention_heads": numbers, "n_embd": numbers, "n_head": numbers,
-    "qk_nope_head_dim": numbers, "qk_rope_head_dim": numbers, "num_local_experts": numbers,
-    "text_config": st.one_of(st.fixed_dictionaries({}, optional={"rope_parameters": ROPE, "head_dim": numbers}), values),
-    "auto_map": values, "quantization_config": values})
-TOKENIZER_CONFIG = st.fixed_dictionaries({}, optional={
-    "tokenizer_class": st.one_of(names, values), "extra_special_tokens": st.one_of(st.lists(st.one_of(names, texts, values), max_size=3), values),
-    "additional_special_tokens": st.one_of(st.lists(st.one_of(names, texts), max_size=3), values),
-    "chat_template": st.one_of(st.none(), texts, values), "bos_token": st.one_of(names, texts, values),
-    "eos_token": st.one_of(names, texts, values), "added_tokens_decoder": values, "auto_map": values})
-TOKENIZER = st.fixed_dictionaries({}, optional={"added_tokens": values, "model": st.one_of(
-    values, st.fixed_dictionaries({"type": names, "vocab": st.dictionaries(st.one_of(names, texts), numbers, max_size=4)}))})
+ROPE = st.fixed_dictionaries(
+    {},
+    optional={
+        "rope_type": st.one_of(names, values),
+        "rope_theta": st.one_of(numbers, values),
+        "factor": st.one_of(numbers, values),
+        "partial_rotary_factor": st.one_of(numbers, values),
+        "original_max_position_embeddings": numbers,
+        "truncate": st.booleans(),
+    },
+)
+CONFIG = st.fixed_dictionaries(
+    {},
+    optional={
+        "architectures": st.one_of(st.lists(st.one_of(names, texts), max_size=2), values),
+        "model_type": st.one_of(names, values),
+        "rope_parameters": st.one_of(ROPE, values),
+        "rope_theta": numbers,
+        "rope_scaling": st.one_of(st.none(), values),
+        "dtype": st.one_of(names, values),
+        "torch_dtype": st.one_of(names, values),
+        "head_dim": numbers,
+        "hidden_size": numbers,
+        "num_attention_heads": numbers,
+        "n_embd": numbers,
+        "n_head": numbers,
+        "qk_nope_head_dim": numbers,
+        "qk_rope_head_dim": numbers,
+        "num_local_experts": numbers,
+        "text_config": st.one_of(st.fixed_dictionaries({}, optional={"rope_parameters": ROPE, "head_dim": numbers}), values),
+        "auto_map": values,
+        "quantization_config": values,
+    },
+)
+TOKENIZER_CONFIG = st.fixed_dictionaries(
+    {},
+    optional={
+        "tokenizer_class": st.one_of(names, values),
+        "extra_special_tokens": st.one_of(st.lists(st.one_of(names, texts, values), max_size=3), values),
+        "additional_special_tokens": st.one_of(st.lists(st.one_of(names, texts), max_size=3), values),
+        "chat_template": st.one_of(st.none(), texts, values),
+        "bos_token": st.one_of(names, texts, values),
+        "eos_token": st.one_of(names, texts, values),
+        "added_tokens_decoder": values,
+        "auto_map": values,
+    },
+)
+TOKENIZER = st.fixed_dictionaries(
+    {},
+    optional={
+        "added_tokens": values,
+        "model": st.one_of(
+            values, st.fixed_dictionaries({"type": names, "vocab": st.dictionaries(st.one_of(names, texts), numbers, max_size=4)})
+        ),
+    },
+)
 
 
 def _deep(depth: int) -> bytes:
@@ -87,38 +148,85 @@ def file_content(structured):
         st.integers(60, 3000).map(_deep),  # past the depth cap, past the recursion limit
         st.integers(1000, 100000).map(lambda n: b"[" + b"{}," * n + b"{}]"),  # many small containers
         st.binary(max_size=40),  # not JSON, not UTF-8, a BOM...
-        st.sampled_from([b'{"a": "\\ud800"}', b'["\\udfff", {"\\udbff": 1}]', b"\xef\xbb\xbf{}", b"\xff\xfe{\x00}\x00", b"",
-                         b"version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 9\n"]),
+        st.sampled_from(
+            [
+                b'{"a": "\\ud800"}',
+                b'["\\udfff", {"\\udbff": 1}]',
+                b"\xef\xbb\xbf{}",
+                b"\xff\xfe{\x00}\x00",
+                b"",
+                b"version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 9\n",
+            ]
+        ),
     )
 
 
-MODEL = st.fixed_dictionaries({
-    "config.json": file_content(CONFIG),
-    "tokenizer_config.json": file_content(TOKENIZER_CONFIG),
-    "generation_config.json": file_content(st.dictionaries(texts, values, max_size=3)),
-    "tokenizer.json": file_content(TOKENIZER),
-    "chat_template.jinja": st.one_of(st.none(), st.binary(max_size=40), texts.map(lambda t: t.encode("utf-8", "surrogatepass"))),
-})
+MODEL = st.fixed_dictionaries(
+    {
+        "config.json": file_content(CONFIG),
+        "tokenizer_config.json": file_content(TOKENIZER_CONFIG),
+        "generation_config.json": file_content(st.dictionaries(texts, values, max_size=3)),
+        "tokenizer.json": file_content(TOKENIZER),
+        "chat_template.jinja": st.one_of(st.none(), st.binary(max_size=40), texts.map(lambda t: t.encode("utf-8", "surrogatepass"))),
+    }
+)
 
 # -- what the platform may pass -------------------------------------------------------------
 
-FLAGS = ["--port", "--tokenizer", "--chat-template", "--hf-overrides", "--max-model-len", "--dtype", "--rope-theta",
-         "--served-model-name", "--runner", "--task", "--trust-remote-code", "--model-impl", "--hf_overrides",
-         "--chat_template"]
-arg_values = st.one_of(st.sampled_from(['{"rope_theta": 5}', '{"architectures": ["X"]}', "{not json", "pooling", "embed",
-                                        "auto", "8000", "/some/path", '{"a": {"b": NaN}}', "[1]", ""]),
-                       st.text(st.characters(exclude_categories=["Cs"]), max_size=8)).filter(lambda v: not v.startswith("--"))
-pair = st.one_of(st.tuples(st.sampled_from(FLAGS), arg_values).map(list),
-                 st.tuples(st.sampled_from(FLAGS), arg_values).map(lambda p: [f"{p[0]}={p[1]}"]),
-                 st.sampled_from([["--trust-remote-code"], ["--hf-overrides.rope_theta", "7"], ["--enforce-eager"]]))
+FLAGS = [
+    "--port",
+    "--tokenizer",
+    "--chat-template",
+    "--hf-overrides",
+    "--max-model-len",
+    "--dtype",
+    "--rope-theta",
+    "--served-model-name",
+    "--runner",
+    "--task",
+    "--trust-remote-code",
+    "--model-impl",
+    "--hf_overrides",
+    "--chat_template",
+]
+arg_values = st.one_of(
+    st.sampled_from(
+        [
+            '{"rope_theta": 5}',
+            '{"architectures": ["X"]}',
+            "{not json",
+            "pooling",
+            "embed",
+            "auto",
+            "8000",
+            "/some/path",
+            '{"a": {"b": NaN}}',
+            "[1]",
+            "",
+        ]
+    ),
+    st.text(st.characters(exclude_categories=["Cs"]), max_size=8),
+).filter(lambda v: not v.startswith("--"))
+pair = st.one_of(
+    st.tuples(st.sampled_from(FLAGS), arg_values).map(list),
+    st.tuples(st.sampled_from(FLAGS), arg_values).map(lambda p: [f"{p[0]}={p[1]}"]),
+    st.sampled_from([["--trust-remote-code"], ["--hf-overrides.rope_theta", "7"], ["--enforce-eager"]]),
+)
 user_args = st.lists(pair, max_size=4).map(lambda ps: [a for p in ps for a in p])
 YAML_KEYS = ["tokenizer", "chat-template", "chat_template", "hf-overrides", "hf_overrides", "port", "runner", "task", "dtype"]
-yaml_values = st.one_of(st.sampled_from(["'{\"rope_theta\": 5}'", "'{bad'", "true", "false", "8000", "pooling", "/x", "",
-                                         "{a: 1}", "[1, 2]", "null"]), st.text("abc:#'\" {}", max_size=6))
+yaml_values = st.one_of(
+    st.sampled_from(["'{\"rope_theta\": 5}'", "'{bad'", "true", "false", "8000", "pooling", "/x", "", "{a: 1}", "[1, 2]", "null"]),
+    st.text("abc:#'\" {}", max_size=6),
+)
 config_file = st.one_of(st.none(), st.lists(st.tuples(st.sampled_from(YAML_KEYS), yaml_values), max_size=4))
-environments = st.fixed_dictionaries({}, optional={"COMPAT_SKIP": st.sampled_from(["R2", "r5,H1", "R3,R3b", "nonsense", ""]),
-                                                   "COMPAT_CHAT_TEMPLATE": st.sampled_from(["off", "on"]),
-                                                   "COMPAT_TIMEOUT": st.sampled_from(["inf", "0.5", "-1", "nan", "30"])})
+environments = st.fixed_dictionaries(
+    {},
+    optional={
+        "COMPAT_SKIP": st.sampled_from(["R2", "r5,H1", "R3,R3b", "nonsense", ""]),
+        "COMPAT_CHAT_TEMPLATE": st.sampled_from(["off", "on"]),
+        "COMPAT_TIMEOUT": st.sampled_from(["inf", "0.5", "-1", "nan", "30"]),
+    },
+)
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +262,7 @@ def with_config(args, config):
 
 # -- the properties -------------------------------------------------------------------------
 
+
 def assert_plan_holds(plan: Plan, user: list):
     data = plan.to_json()
     text = json.dumps(data, ensure_ascii=False, allow_nan=False)  # strict JSON...
@@ -188,13 +297,20 @@ def assert_user_args_kept(before: list, after: list):
 
 
 # The cases of the issue, always run first.
-ROPE_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
-               "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0}}
+ROPE_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0},
+}
 ISSUE_CASES = [
     {"config.json": _dump(ROPE_CONFIG), "tokenizer_config.json": b'{"extra_special_tokens": ' + _deep(100000) + b"}"},
     {"config.json": _dump(dict(ROPE_CONFIG, architectures=["Llama\ud800ForCausalLM"]))},
-    {"config.json": _dump(ROPE_CONFIG), "tokenizer_config.json": _dump({"tokenizer_class": "TokenizersBackend",
-                                                                         "extra_special_tokens": ["<a\udfff>", "<b>"]})},
+    {
+        "config.json": _dump(ROPE_CONFIG),
+        "tokenizer_config.json": _dump({"tokenizer_class": "TokenizersBackend", "extra_special_tokens": ["<a\udfff>", "<b>"]}),
+    },
     {"config.json": _dump(dict(ROPE_CONFIG, rope_parameters={"rope_type": "yarn", "rope_theta": float("inf"), "factor": float("nan")}))},
     {name: b"[" + b"{}," * 300000 + b"{}]" for name in ("config.json", "tokenizer_config.json", "generation_config.json")},
 ]
@@ -204,10 +320,20 @@ NAMES = ("config.json", "tokenizer_config.json", "generation_config.json", "toke
 def issue_examples(test):
     for files in ISSUE_CASES:
         full = {name: files.get(name) for name in NAMES}
-        test = example(files=full, args=["--port", "1", "--hf-overrides", '{"rope_theta": 5}'], yaml_lines=None,
-                       card="nv-a100", **({"extra_env": {}} if "extra_env" in test.__code__.co_varnames else {}))(test)
-        test = example(files=full, args=["--port", "1"], yaml_lines=[("tokenizer", "/t"), ("hf-overrides", "'{\"a\": 1}'")],
-                       card="iluvatar-bi100", **({"extra_env": {}} if "extra_env" in test.__code__.co_varnames else {}))(test)
+        test = example(
+            files=full,
+            args=["--port", "1", "--hf-overrides", '{"rope_theta": 5}'],
+            yaml_lines=None,
+            card="nv-a100",
+            **({"extra_env": {}} if "extra_env" in test.__code__.co_varnames else {}),
+        )(test)
+        test = example(
+            files=full,
+            args=["--port", "1"],
+            yaml_lines=[("tokenizer", "/t"), ("hf-overrides", "'{\"a\": 1}'")],
+            card="iluvatar-bi100",
+            **({"extra_env": {}} if "extra_env" in test.__code__.co_varnames else {}),
+        )(test)
     return test
 
 
@@ -260,8 +386,15 @@ def _fake_exec(file, argv, env):
 def test_launch_execs_vllm_with_the_users_args_last(scratch, files, args, yaml_lines, card, extra_env, fake_execvpe):
     with case(scratch, files, yaml_lines) as (model, work, config):
         user = with_config(args, config)
-        env = dict(extra_env, MODEL_DIR=str(model), COMPAT_CARD=card, COMPAT_WORK_DIR=str(work), PATH="/usr/bin:/bin",
-                   COMPAT_ENGINE_PYTHON=str(work / "no-engine-python"), COMPAT_VLLM="vllm")
+        env = dict(
+            extra_env,
+            MODEL_DIR=str(model),
+            COMPAT_CARD=card,
+            COMPAT_WORK_DIR=str(work),
+            PATH="/usr/bin:/bin",
+            COMPAT_ENGINE_PYTHON=str(work / "no-engine-python"),
+            COMPAT_VLLM="vllm",
+        )
         if "COMPAT_TIMEOUT" in env and env["COMPAT_TIMEOUT"] not in ("inf", "-1", "nan"):
             env["COMPAT_TIMEOUT"] = "30"  # a real timeout here would only test the machine's speed
         with pytest.raises(Exec) as caught:
@@ -269,9 +402,9 @@ def test_launch_execs_vllm_with_the_users_args_last(scratch, files, args, yaml_l
         argv, got_env = caught.value.argv, caught.value.env
         assert all(type(a) is str for a in argv)
         assert argv[:3] == ["vllm", "serve", str(model)]
-        tail = argv[len(argv) - len(user):] if user else []
+        tail = argv[len(argv) - len(user) :] if user else []
         assert_user_args_kept(user, tail)
-        repairs = argv[3:len(argv) - len(user)]
+        repairs = argv[3 : len(argv) - len(user)]
         given = UserArgs(user)
         theirs_cli = {flag_name(a) for a in given.args if flag_name(a)}
         theirs = theirs_cli | {flag_name(a) for a in given.config_args if flag_name(a)}

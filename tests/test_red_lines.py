@@ -47,6 +47,7 @@ def slow_python(box: Sandbox, seconds: int = 20) -> str:
 
 # -- red line 2: starts that never happen -------------------------------------------------------
 
+
 @pytest.mark.parametrize("value", ["inf", "-inf", "1e10", "2147483648", "nan", "-1", "0", "soon", ""])
 def test_any_compat_timeout_value_still_starts_vllm(sandbox, value):
     box = sandbox()
@@ -62,7 +63,7 @@ def test_half_a_second_is_half_a_second_not_no_alarm(sandbox):
     result = box.launch(USER_ARGS, env)
     assert "ran past COMPAT_TIMEOUT=0.5s" in result.stderr
     assert result.elapsed < 10
-    assert result.argv[-len(USER_ARGS):] == USER_ARGS
+    assert result.argv[-len(USER_ARGS) :] == USER_ARGS
 
 
 @pytest.mark.parametrize("closed", [(1,), (2,), (1, 2), (0, 1, 2)], ids=["stdout", "stderr", "both", "all"])
@@ -81,7 +82,7 @@ def test_timeout_is_a_deadline_a_rule_cannot_swallow(sandbox):
     box = sandbox()
     result = box.launch(USER_ARGS, box.env(COMPAT_TIMEOUT="1"), faults=[("common.preflight:gather_facts", "swallow")])
     assert result.elapsed < 10, result.stderr
-    assert result.argv[-len(USER_ARGS):] == USER_ARGS
+    assert result.argv[-len(USER_ARGS) :] == USER_ARGS
 
 
 def test_timeout_bounds_a_slow_verifier_and_kills_it(sandbox):
@@ -140,6 +141,7 @@ def test_ctrl_c_during_the_preflight_stops_the_start(sandbox):
 
 # -- red line 3: the environment vLLM gets ------------------------------------------------------
 
+
 @pytest.mark.parametrize("model", ["457-generic", "v5-generic"])
 @pytest.mark.parametrize("via", ["bootstrap", "entrypoint"])
 def test_no_locale_reaches_vllm_as_it_was_given(sandbox, model, via):
@@ -165,10 +167,12 @@ def test_a_given_c_locale_is_passed_on_not_the_coerced_one(sandbox):
 
 # -- red line 4: the user's --config file -------------------------------------------------------
 
+
 def _preflight(box: Sandbox, args, env=None):
     cmd = [box.python, "-m", "common", "preflight", str(box.model), "--card", "nv-a100", "--dry-run", "--json", "--", *args]
-    proc = subprocess.run(cmd, cwd=str(ROOT), env=env or box.env(COMPAT_ENGINE_PYTHON=sys.executable),
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        cmd, cwd=str(ROOT), env=env or box.env(COMPAT_ENGINE_PYTHON=sys.executable), capture_output=True, text=True, timeout=180
+    )
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     return json.loads(proc.stdout)
 
@@ -201,26 +205,38 @@ def test_launch_with_a_config_file_keeps_their_tokenizer(sandbox):
     config = box.base / "serve.yaml"
     config.write_text("tokenizer: /their/tokenizer\n")
     result = box.launch(["--config", str(config)] + USER_ARGS, box.env(COMPAT_ENGINE_PYTHON=sys.executable))
-    assert "--tokenizer" not in result.argv[3:-len(USER_ARGS) - 2]
-    assert result.argv[-len(USER_ARGS) - 2:] == ["--config", str(config)] + USER_ARGS
+    assert "--tokenizer" not in result.argv[3 : -len(USER_ARGS) - 2]
+    assert result.argv[-len(USER_ARGS) - 2 :] == ["--config", str(config)] + USER_ARGS
 
 
 # -- plans lost to bad input --------------------------------------------------------------------
+
 
 def _deep(depth: int) -> str:
     return "[" * depth + "]" * depth
 
 
 TEMPLATE = "{% for m in messages %}{{ m.content }}{% endfor %}"
-V5_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-             "num_attention_heads": 4, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}}
+V5_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+}
 
 
 @pytest.mark.parametrize("depth", [100, 900, 5000, 100000])
 def test_deep_json_costs_its_file_not_the_plan(sandbox, tmp_path, depth):
-    model = model_dir(tmp_path / "m", {"config.json": V5_CONFIG, "chat_template.jinja": TEMPLATE,
-                                       "tokenizer_config.json": '{"extra_special_tokens": ' + _deep(depth) + "}",
-                                       "generation_config.json": _deep(depth)})
+    model = model_dir(
+        tmp_path / "m",
+        {
+            "config.json": V5_CONFIG,
+            "chat_template.jinja": TEMPLATE,
+            "tokenizer_config.json": '{"extra_special_tokens": ' + _deep(depth) + "}",
+            "generation_config.json": _deep(depth),
+        },
+    )
     box = sandbox(model)
     result = box.launch(USER_ARGS, box.env())
     assert result.argv[1:] == ["serve", str(box.model)] + R5_ARGS + USER_ARGS, result.stderr
@@ -229,15 +245,23 @@ def test_deep_json_costs_its_file_not_the_plan(sandbox, tmp_path, depth):
     assert any("tokenizer_config.json" in f["message"] and "nests deeper" in f["message"] for f in plan["findings"])
 
 
-SURROGATE_CONFIG = '{"architectures": ["Llama\\ud800ForCausalLM"], "model_type": "llama", "hidden_size": 64, ' \
-                   '"num_attention_heads": 4, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}}'
+SURROGATE_CONFIG = (
+    '{"architectures": ["Llama\\ud800ForCausalLM"], "model_type": "llama", "hidden_size": 64, '
+    '"num_attention_heads": 4, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}}'
+)
 SURROGATE_TOKENIZER = '{"tokenizer_class": "TokenizersBackend", "extra_special_tokens": ["<a\\udfff>", "<b>"]}'
 
 
 def test_lone_surrogates_are_carried_and_reported_never_a_crash(sandbox, tmp_path):
-    model = model_dir(tmp_path / "m", {"config.json": SURROGATE_CONFIG, "tokenizer_config.json": SURROGATE_TOKENIZER,
-                                       "chat_template.jinja": TEMPLATE,
-                                       "tokenizer.json": {"version": "1.0", "model": {"type": "BPE", "vocab": {}}}})
+    model = model_dir(
+        tmp_path / "m",
+        {
+            "config.json": SURROGATE_CONFIG,
+            "tokenizer_config.json": SURROGATE_TOKENIZER,
+            "chat_template.jinja": TEMPLATE,
+            "tokenizer.json": {"version": "1.0", "model": {"type": "BPE", "vocab": {}}},
+        },
+    )
     box = sandbox(model)
     plan = _preflight(box, [])
     assert plan["facts"]["architectures"] == ["Llama\\ud800ForCausalLM"]  # carried, visibly
@@ -255,8 +279,19 @@ def test_lone_surrogates_are_carried_and_reported_never_a_crash(sandbox, tmp_pat
 def test_preflight_json_survives_a_c_locale_and_surrogate_arguments(sandbox):
     box = sandbox("457-generic")
     env = box.env(LC_ALL="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
-    cmd = [box.python, "-m", "common", "preflight", str(box.model), "--card", "nv-a100", "--json", "--",
-           "--served-model-name", "m\udcff\u00e9"]
+    cmd = [
+        box.python,
+        "-m",
+        "common",
+        "preflight",
+        str(box.model),
+        "--card",
+        "nv-a100",
+        "--json",
+        "--",
+        "--served-model-name",
+        "m\udcff\u00e9",
+    ]
     proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
@@ -273,12 +308,15 @@ def test_metadata_that_would_take_gigabytes_is_not_parsed(tmp_path):
     blob = b"[" + b"{}," * (16 * 1024 * 1024 // 3 - 1) + b"{}]"
     files = {name: blob for name in ("config.json", "tokenizer_config.json", "generation_config.json")}
     model = model_dir(tmp_path / "m", files)
-    code = ("import resource, sys; from common.preflight import build_plan; from common.modeldir import ModelDir; "
-            "m = ModelDir(sys.argv[1]); [m.read_json(n) for n in ('config.json', 'tokenizer_config.json', 'generation_config.json')]; "
-            "p = build_plan(sys.argv[1], 'nv-a100', [], {'COMPAT_WORK_DIR': sys.argv[2]}); "
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024); print([f.message for f in p.findings])")
-    proc = subprocess.run([sys.executable, "-c", code, str(model), str(tmp_path / "work")], cwd=str(ROOT),
-                          capture_output=True, text=True, timeout=120)
+    code = (
+        "import resource, sys; from common.preflight import build_plan; from common.modeldir import ModelDir; "
+        "m = ModelDir(sys.argv[1]); [m.read_json(n) for n in ('config.json', 'tokenizer_config.json', 'generation_config.json')]; "
+        "p = build_plan(sys.argv[1], 'nv-a100', [], {'COMPAT_WORK_DIR': sys.argv[2]}); "
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024); print([f.message for f in p.findings])"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(model), str(tmp_path / "work")], cwd=str(ROOT), capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     rss_mb = int(proc.stdout.splitlines()[0])
     assert rss_mb < MEMORY_LIMIT_MB, proc.stdout
@@ -288,8 +326,10 @@ def test_metadata_that_would_take_gigabytes_is_not_parsed(tmp_path):
 @pytest.mark.parametrize("theta", ["NaN", "Infinity", "-Infinity", "true", "1e400", "-5", "0", '"1e6"'])
 @pytest.mark.parametrize("card", ["nv-a100", "iluvatar-bi100"])
 def test_r5_restores_only_finite_positive_rope_values(sandbox, tmp_path, theta, card):
-    config = ('{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, '
-              '"rope_parameters": {"rope_type": "default", "rope_theta": ' + theta + ', "partial_rotary_factor": NaN}}')
+    config = (
+        '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, '
+        '"rope_parameters": {"rope_type": "default", "rope_theta": ' + theta + ', "partial_rotary_factor": NaN}}'
+    )
     box = sandbox(model_dir(tmp_path / "m", {"config.json": config}))
     cmd = [box.python, "-m", "common", "preflight", str(box.model), "--card", card, "--dry-run", "--json"]
     proc = subprocess.run(cmd, cwd=str(ROOT), env=box.env(), capture_output=True, text=True, timeout=120)
@@ -301,6 +341,7 @@ def test_r5_restores_only_finite_positive_rope_values(sandbox, tmp_path, theta, 
 
 
 # -- red line 1: the model is never written ---------------------------------------------------
+
 
 def test_tmpdir_inside_the_model_is_never_a_work_dir(sandbox):
     box = sandbox("v5-generic")
@@ -319,7 +360,7 @@ def test_a_work_dir_that_is_a_symlink_into_the_model_is_not_used(sandbox):
     os.symlink(box.model / "sub", box.base / "link")
     before = tree_digest(box.model)
     result = box.launch(USER_ARGS, box.env(COMPAT_WORK_DIR=str(box.base / "link" / "deeper"), TMPDIR=str(box.model)))
-    assert result.argv[-len(USER_ARGS):] == USER_ARGS
+    assert result.argv[-len(USER_ARGS) :] == USER_ARGS
     assert tree_digest(box.model) == before
 
 

@@ -58,18 +58,24 @@ def test_timeout_still_execs(models, env_for_tests, fake_vllm, tmp_path):
     proc = launch(env, models("v5-generic"), ["--port", "1"])
     assert "ran past COMPAT_TIMEOUT=2s" in proc.stderr
     # The tokenizer overlay was still being verified: dropped. R5's overrides needed no check: kept.
-    assert called()["argv"][1:] == ["serve", str(models("v5-generic")), "--hf-overrides", '{"rope_theta": 1000000.0}',
-                                    "--port", "1"]
+    assert called()["argv"][1:] == ["serve", str(models("v5-generic")), "--hf-overrides", '{"rope_theta": 1000000.0}', "--port", "1"]
 
 
-@pytest.mark.parametrize("files", [
-    {},  # empty model dir
-    {"config.json": b"\xef\xbb\xbf{broken", "tokenizer_config.json": [1, 2]},
-    {"config.json": {"architectures": "LlamaForCausalLM", "head_dim": "x"},
-     "tokenizer_config.json": {"tokenizer_class": 7, "extra_special_tokens": ["; rm -rf /", "$(reboot)"]}},
-    {"tokenizer.json": b"version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 9\n",
-     "tokenizer_config.json": {"tokenizer_class": "TokenizersBackend"}},
-])
+@pytest.mark.parametrize(
+    "files",
+    [
+        {},  # empty model dir
+        {"config.json": b"\xef\xbb\xbf{broken", "tokenizer_config.json": [1, 2]},
+        {
+            "config.json": {"architectures": "LlamaForCausalLM", "head_dim": "x"},
+            "tokenizer_config.json": {"tokenizer_class": 7, "extra_special_tokens": ["; rm -rf /", "$(reboot)"]},
+        },
+        {
+            "tokenizer.json": b"version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 9\n",
+            "tokenizer_config.json": {"tokenizer_class": "TokenizersBackend"},
+        },
+    ],
+)
 def test_bad_input_never_blocks_start(tmp_path, env_for_tests, fake_vllm, files):
     _, called = fake_vllm
     model = model_dir(tmp_path / "m", files)
@@ -140,8 +146,7 @@ def test_clean_path_imports_neither_transformers_nor_torch(models, env_for_tests
         "assert p.args == [], p.args; "
         "print(sorted(m for m in ('transformers', 'torch', 'tokenizers') if m in sys.modules))"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=env_for_tests,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=env_for_tests, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 
@@ -153,9 +158,14 @@ def test_runtime_package_runs_on_python_310(models, env_for_tests, tmp_path):
         pytest.skip("no Python 3.10 on this machine (lint's vermin still holds the line)")
     env = dict(env_for_tests)
     env.pop("PYTHONPATH", None)
-    proc = subprocess.run([python310, "-S", "-m", "common", "preflight", str(models("457-generic")),
-                           "--card", "iluvatar-bi100", "--json"], cwd=str(ROOT), env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [python310, "-S", "-m", "common", "preflight", str(models("457-generic")), "--card", "iluvatar-bi100", "--json"],
+        cwd=str(ROOT),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     # transformers 4.57 saves `dtype`, which BI-100's transformers 4.55 does not read: only R5.
     plan = json.loads(proc.stdout)
@@ -165,10 +175,10 @@ def test_runtime_package_runs_on_python_310(models, env_for_tests, tmp_path):
 
 def test_exec_env_is_the_started_environment_not_pythons_coerced_copy(tmp_path):
     """PEP 538 coercion writes LC_CTYPE into os.environ; /proc/self/environ still holds the start."""
-    code = ("import json, os; from common.launch import original_environ; "
-            "print(json.dumps([os.environ.get('LC_CTYPE'), original_environ()]))")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env={"A": "1"}, capture_output=True, text=True,
-                          timeout=60)
+    code = (
+        "import json, os; from common.launch import original_environ; print(json.dumps([os.environ.get('LC_CTYPE'), original_environ()]))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env={"A": "1"}, capture_output=True, text=True, timeout=60)
     coerced, original = json.loads(proc.stdout)
     assert coerced == "C.UTF-8" and original == {"A": "1"}
 
@@ -179,19 +189,25 @@ def test_without_proc_the_coerced_locale_is_dropped(monkeypatch):
     from common import launch as launch_module
 
     real_open = builtins.open
-    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: (_ for _ in ()).throw(OSError("no /proc"))
-                        if str(path).startswith("/proc") else real_open(path, *a, **k))
+    monkeypatch.setattr(
+        builtins,
+        "open",
+        lambda path, *a, **k: (_ for _ in ()).throw(OSError("no /proc")) if str(path).startswith("/proc") else real_open(path, *a, **k),
+    )
     monkeypatch.setattr(launch_module.sys, "flags", type("F", (), {"utf8_mode": 1})())
     monkeypatch.setattr(os, "environ", {"LC_CTYPE": "C.UTF-8", "A": "1"})
     assert launch_module.original_environ() == {"A": "1"}
 
 
-@pytest.mark.parametrize("changed, ok", [
-    (["--port", "1", "--hf-overrides", '{"a": 1}'], True),  # their overrides absorbed ours
-    (["--port", "2", "--hf-overrides", '{"b": 2}'], False),
-    (["--port", "1"], False),
-    (["--port", "1", "--hf-overrides", '{"b": 2}', "--x"], False),
-])
+@pytest.mark.parametrize(
+    "changed, ok",
+    [
+        (["--port", "1", "--hf-overrides", '{"a": 1}'], True),  # their overrides absorbed ours
+        (["--port", "2", "--hf-overrides", '{"b": 2}'], False),
+        (["--port", "1"], False),
+        (["--port", "1", "--hf-overrides", '{"b": 2}', "--x"], False),
+    ],
+)
 def test_the_last_guard_lets_only_their_overrides_value_change(changed, ok):
     from common.launch import _sane
     from common.plan import Plan

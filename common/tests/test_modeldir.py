@@ -21,11 +21,14 @@ def test_reads_object_and_caches(tmp_path):
     assert m.problems == []
 
 
-@pytest.mark.parametrize("raw, reason", [
-    (b"{not json", "not valid JSON"),
-    (b"\xff\xfe\x00garbage\xc3", "not valid"),
-    (b"\x80\x81 not utf8", "not valid UTF-8"),
-])
+@pytest.mark.parametrize(
+    "raw, reason",
+    [
+        (b"{not json", "not valid JSON"),
+        (b"\xff\xfe\x00garbage\xc3", "not valid"),
+        (b"\x80\x81 not utf8", "not valid UTF-8"),
+    ],
+)
 def test_malformed_json_is_a_problem(tmp_path, raw, reason):
     m = ModelDir(str(model_dir(tmp_path, {"config.json": raw})))
     assert m.json_object("config.json") == {}
@@ -121,11 +124,14 @@ def test_json_that_would_take_too_much_memory_is_not_parsed(tmp_path):
     assert "of memory to parse" in m.problems[0].reason
 
 
-@pytest.mark.parametrize("depth, reason", [
-    (MAX_JSON_DEPTH + 1, f"deeper than {MAX_JSON_DEPTH} levels"),
-    (900, f"deeper than {MAX_JSON_DEPTH} levels"),
-    (100000, "deeper than Python can parse"),
-])
+@pytest.mark.parametrize(
+    "depth, reason",
+    [
+        (MAX_JSON_DEPTH + 1, f"deeper than {MAX_JSON_DEPTH} levels"),
+        (900, f"deeper than {MAX_JSON_DEPTH} levels"),
+        (100000, "deeper than Python can parse"),
+    ],
+)
 def test_deep_json_is_a_problem_not_a_recursion_error(tmp_path, depth, reason):
     m = ModelDir(str(model_dir(tmp_path, {"config.json": b'{"a": ' + b"[" * depth + b"]" * depth + b"}"})))
     assert m.json_object("config.json") == {}

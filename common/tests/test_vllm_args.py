@@ -80,9 +80,24 @@ rope_theta: 1.0e+6
 served-model-name: 'it''s mine'
 hf-overrides: '{"rope_theta": 5}'
 """
-EXPANDED = ["--tokenizer", "/their/tokenizer", "--chat_template", "/their/template.jinja", "--enable-prefix-caching",
-            "--allowed-origins", "a", "b", "--max-model-len", "4096", "--rope_theta", "1000000.0",
-            "--served-model-name", "it's mine", "--hf-overrides", '{"rope_theta": 5}']
+EXPANDED = [
+    "--tokenizer",
+    "/their/tokenizer",
+    "--chat_template",
+    "/their/template.jinja",
+    "--enable-prefix-caching",
+    "--allowed-origins",
+    "a",
+    "b",
+    "--max-model-len",
+    "4096",
+    "--rope_theta",
+    "1000000.0",
+    "--served-model-name",
+    "it's mine",
+    "--hf-overrides",
+    '{"rope_theta": 5}',
+]
 
 
 @pytest.fixture
@@ -102,8 +117,11 @@ def test_config_file_expands_as_vllm_does(serve_yaml):
 
 def test_config_file_flags_win_over_repairs_and_absorb_overrides(serve_yaml):
     user = UserArgs(["--config", str(serve_yaml), "--port", "1"])
-    ours, user_args, problem = join_args(["--tokenizer", "/overlay", "--chat-template", "/t.jinja", "--served-model-name", "x"],
-                                         {"rope_theta": 1e6, "max_position_embeddings": 64}, user)
+    ours, user_args, problem = join_args(
+        ["--tokenizer", "/overlay", "--chat-template", "/t.jinja", "--served-model-name", "x"],
+        {"rope_theta": 1e6, "max_position_embeddings": 64},
+        user,
+    )
     assert problem is None and user_args == ["--config", str(serve_yaml), "--port", "1"]
     # On the command line, where vLLM lets it beat the file's own: theirs with ours under it.
     assert ours == ["--hf-overrides", '{"max_position_embeddings": 64, "rope_theta": 5}']
@@ -121,11 +139,17 @@ def test_only_the_exact_config_token_is_expanded_once(serve_yaml, tmp_path):
     assert UserArgs(["--config", str(serve_yaml)], read_config=False).config_args == []
 
 
-@pytest.mark.parametrize("content, reason", [
-    ("", "no mapping"), ("- a\n- b\n", "no mapping"), ("a: [1\n", "could not be read"), ("1: x\n", "not text"),
-    ("a: &x [*x, *x]\nb: &y [*x, *x, *x, *x]\nc: [*y, *y, *y, *y, *y, *y, *y, *y, *y, *y, *y, *y, *y, *y]\n", None),
-    ("\xff", "could not be read"),
-])
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        ("", "no mapping"),
+        ("- a\n- b\n", "no mapping"),
+        ("a: [1\n", "could not be read"),
+        ("1: x\n", "not text"),
+        ("a: &x [*x, *x]\nb: &y [*x, *x, *x, *x]\nc: [*y, *y, *y, *y, *y, *y, *y, *y, *y, *y, *y, *y, *y, *y]\n", None),
+        ("\xff", "could not be read"),
+    ],
+)
 def test_a_config_file_vllm_cannot_read_is_a_problem_never_an_exception(tmp_path, content, reason):
     path = tmp_path / "c.yaml"
     path.write_bytes(content.encode("latin-1"))
@@ -178,13 +202,52 @@ def test_the_small_reader_stands_back_where_it_cannot_read(tmp_path, monkeypatch
     assert ours == [] and "not a JSON object" in problem
 
 
-flat_keys = st.sampled_from(["tokenizer", "chat_template", "hf-overrides", "port", "max-model-len", "dtype", "runner",
-                             "served-model-name", "enforce-eager", "rope_theta"])
+flat_keys = st.sampled_from(
+    [
+        "tokenizer",
+        "chat_template",
+        "hf-overrides",
+        "port",
+        "max-model-len",
+        "dtype",
+        "runner",
+        "served-model-name",
+        "enforce-eager",
+        "rope_theta",
+    ]
+)
 flat_values = st.one_of(
-    st.sampled_from(["true", "false", "yes", "Off", "null", "~", "", "8000", "-3", "1_000", "0.5", "1.0e+6", "1e6", ".5",
-                     "'{\"a\": 1}'", '"{\\"a\\": 1}"', "'it''s'", "/a/b", "auto", "x # comment", "'#not a comment'",
-                     "[a, b]", "[]", "[1, 2.5, true]", "[x]  # c"]),
-    st.from_regex(r"[A-Za-z/][A-Za-z0-9_./-]{0,8}", fullmatch=True))
+    st.sampled_from(
+        [
+            "true",
+            "false",
+            "yes",
+            "Off",
+            "null",
+            "~",
+            "",
+            "8000",
+            "-3",
+            "1_000",
+            "0.5",
+            "1.0e+6",
+            "1e6",
+            ".5",
+            "'{\"a\": 1}'",
+            '"{\\"a\\": 1}"',
+            "'it''s'",
+            "/a/b",
+            "auto",
+            "x # comment",
+            "'#not a comment'",
+            "[a, b]",
+            "[]",
+            "[1, 2.5, true]",
+            "[x]  # c",
+        ]
+    ),
+    st.from_regex(r"[A-Za-z/][A-Za-z0-9_./-]{0,8}", fullmatch=True),
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -208,10 +271,13 @@ def test_property_small_reader_equals_pyyaml_on_flat_files(pairs, tmp_path_facto
 @pytest.mark.skipif(not ENGINE_PYTHON.exists(), reason="needs .venv-engine (vLLM 0.11.0): make engine-env")
 def test_the_expansion_is_vllm_0_11s_own(serve_yaml, tmp_path):
     """vLLM's FlexibleArgumentParser reads the same file into the same arguments."""
-    code = ("import json, sys; from vllm.utils import FlexibleArgumentParser; "
-            "print(json.dumps(FlexibleArgumentParser().load_config_file(sys.argv[1])))")
+    code = (
+        "import json, sys; from vllm.utils import FlexibleArgumentParser; "
+        "print(json.dumps(FlexibleArgumentParser().load_config_file(sys.argv[1])))"
+    )
     env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR")
-    proc = subprocess.run([str(ENGINE_PYTHON), "-c", code, str(serve_yaml)], capture_output=True, text=True, timeout=600,
-                          env=env, cwd=str(tmp_path))
+    proc = subprocess.run(
+        [str(ENGINE_PYTHON), "-c", code, str(serve_yaml)], capture_output=True, text=True, timeout=600, env=env, cwd=str(tmp_path)
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == EXPANDED
