@@ -73,6 +73,10 @@ RECIPES = {
         "16",
     ),
     "clean": lambda d: build_455("generic", d),
+    # A Llama saved by 4.55.4 and exported under a class name no one knows, with the greedy tokens
+    # of the same weights under the canonical class (transformers loads it by model_type).
+    "renamed-ref": lambda d: build_455("generic", d, "--architecture", "TinyChatForCausalLM", "--initializer-range", "0.1",
+                                       "--reference-tokens", "16"),
 }
 
 
@@ -260,6 +264,57 @@ def test_launcher_chat_without_template_200(bi100_models, server, tmp_path):
     status, body = chat(srv, served_name(report, model))
     assert status == 200, body
     assert body["choices"][0]["message"]["role"] == "assistant"
+    # R5 restored the `dtype`-only config's bfloat16: the engine process serves it in bfloat16
+    # (it still takes the config for float32, but casts to the dtype given, not to float16).
+    [r5] = [r for r in report["repairs"] if r["code"] == "R5"]
+    assert r5["args"] == ["--dtype", "bfloat16"]
+    assert "dtype=torch.bfloat16" in srv.log() and "Downcasting torch.float32 to torch.bfloat16." in srv.log()
+
+
+def test_launcher_serves_a_renamed_class_through_a_model_view(bi100_models, server, tmp_path):
+    """vLLM 0.5.5 has no --hf-overrides: R4 serves a model view whose config.json names the
+    canonical class; the greedy tokens equal those of the same weights under that class."""
+    model = bi100_models("renamed-ref")
+    author = author_record(model)
+    srv, report = serve_through_launcher(server, model, tmp_path / "work", GREEDY)
+    [r4] = report["repairs"]
+    assert r4["code"] == "R4" and r4["verified"] is True and r4["config_edits"] == {"architectures": ["LlamaForCausalLM"]}
+    view = Path(report["view"]["path"])
+    assert report["model_path"] == str(view) and report["args"] == ["--served-model-name", str(model)]
+    assert f"[compat] exec vllm serve {view} --served-model-name {model} " in srv.log()
+    assert config_of(model)["architectures"] == ["TinyChatForCausalLM"]  # the model itself untouched
+    got = greedy_tokens(srv, str(model), author["reference_prompt"], len(author["reference_tokens"]))
+    assert got == author["reference_tokens"]
+    status, body = chat(srv, str(model))
+    assert status == 200, body
+
+
+def test_launcher_writes_the_null_head_dim_through_a_model_view(bi100_models, server, tmp_path):
+    """H2: transformers 4.55.4 saved `"head_dim": null`; the view's config.json holds 64 and the
+    Mixtral serves with transformers' own greedy tokens."""
+    model = bi100_models("mixtral")
+    author = author_record(model)
+    srv, report = serve_through_launcher(server, model, tmp_path / "work", GREEDY)
+    assert [r["code"] for r in report["repairs"]] == ["H2"] and report["repairs"][0]["verified"] is True
+    assert json.loads((Path(report["model_path"]) / "config.json").read_text())["head_dim"] == 64
+    got = greedy_tokens(srv, str(model), author["reference_prompt"], len(author["reference_tokens"]))
+    assert got == author["reference_tokens"]
+
+
+def test_the_plan_says_before_start_that_qwen3_needs_a_newer_engine(bi100_models, tmp_path):
+    """Vanilla refuses Qwen3ForCausalLM (above); the preflight and doctor say so before any start."""
+    model = bi100_models("qwen3")
+    env = dict(ENGINE.env(), COMPAT_ENGINE_PYTHON=str(ENGINE.python), COMPAT_WORK_DIR=str(tmp_path / "work"))
+    root = Path(__file__).resolve().parents[1]
+    plan = subprocess.run([str(ENGINE.python), "-m", "common", "preflight", str(model), "--card", CARD, "--json"],
+                          cwd=str(root), env=env, capture_output=True, text=True, timeout=300)
+    data = json.loads(plan.stdout)
+    [finding] = [f for f in data["findings"] if f["code"] == "R4"]
+    assert finding["severity"] == "error" and "Qwen3ForCausalLM" in finding["message"] and "newer engine" in finding["message"]
+    assert data["args"] == [] and data["view"] is None
+    doctor = subprocess.run([str(ENGINE.python), "-m", "common", "doctor", str(model), "--card", CARD],
+                            cwd=str(root), env=env, capture_output=True, text=True, timeout=300)
+    assert doctor.returncode == 1 and "verdict: this model will fail on iluvatar-bi100" in doctor.stdout
 
 
 def test_launcher_clean_model_gets_zero_args_and_serves(bi100_models, server, tmp_path):
