@@ -23,7 +23,7 @@ from .preflight import build_plan
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Mapping, Sequence
+    from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 STATE = {True: "repaired", False: "NOT repaired (verification failed)", None: "NOT repaired (could not verify)"}
 
@@ -98,8 +98,58 @@ def _fixes(codes: List[str]) -> List[str]:
     return lines
 
 
+def variant_env(env: Mapping[str, str], name: str, asked: str) -> Mapping[str, str]:
+    """Each variant is verified with its own engine's Python: COMPAT_ENGINE_PYTHON for the card
+    asked for, COMPAT_ENGINE_PYTHON_<VARIANT> (e.g. _NEXT) for another variant; without it, that
+    variant's checks cannot run and its verdict is "unverified", never the other engine's."""
+    if name == asked:
+        return env
+    key = "COMPAT_ENGINE_PYTHON_" + name.split("@", 1)[1].upper().replace("-", "_")
+    return dict(env, COMPAT_ENGINE_PYTHON=env.get(key) or f"(no {key} set)")
+
+
+def recommend(results: Dict[str, Dict[str, Any]]) -> Optional[str]:
+    """The variant that starts the model with the fewest repairs (the card's default first on a
+    tie, then by name); None when none starts."""
+    starting = [name for name, data in results.items() if data["verdict"] == "starts"]
+    if not starting:
+        return None
+    return min(starting, key=lambda n: (len([r for r in results[n]["repairs"] if r["verified"]]), "@" in n, n))
+
+
+def summary(results: Dict[str, Dict[str, Any]], recommended: Optional[str]) -> str:
+    lines = ["| engine variant | vLLM | verdict | repairs | failing / unverified |", "|---|---|---|---|---|"]
+    for name, data in results.items():
+        repairs = ", ".join(r["code"] for r in data["repairs"] if r["verified"]) or "-"
+        open_codes = ", ".join(data["failing"] + data["unverified"]) or "-"
+        mark = " (recommended)" if name == recommended else ""
+        lines.append(f"| {name}{mark} | {data.get('vllm_version', '?')} | {data['verdict']} | {repairs} | {open_codes} |")
+    return "\n".join(lines) + "\n"
+
+
 def run(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[str, str], as_json: bool,
         keep_work_dir: bool = False) -> int:
-    data = examine(model_dir, card, vllm_args, env, keep_work_dir)
-    print(json.dumps(data, indent=2, ensure_ascii=False) if as_json else table(data), end="" if not as_json else "\n")
+    """Every engine variant of `card` (only the one named, for `card@variant`); the answer is the
+    recommended variant's, or the card's default one when none starts."""
+    from .profile import load_profile, variants_of
+
+    names = variants_of(card)
+    results: Dict[str, Dict[str, Any]] = {}
+    for name in names:
+        results[name] = examine(model_dir, name, vllm_args, variant_env(env, name, names[0]), keep_work_dir)
+        results[name]["vllm_version"] = load_profile(name).vllm_version
+    recommended = recommend(results)
+    data = dict(results[recommended or names[0]])
+    if len(names) > 1:
+        data["variants"] = {n: {k: d[k] for k in ("verdict", "failing", "unverified", "args", "vllm_version")}
+                            for n, d in results.items()}
+        data["recommended"] = recommended
+    if as_json:
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        print(table(data), end="")
+        if len(names) > 1:
+            print("\n" + summary(results, recommended), end="")
+            if recommended and recommended != names[0]:
+                print(f"recommended: {recommended} (the {names[0]} engine: {results[names[0]]['verdict']})")
     return {"starts": 0, "fails": 1}.get(data["verdict"], 2)

@@ -13,7 +13,7 @@ import os
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
-    from typing import Any, Dict, FrozenSet, Optional, Tuple
+    from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
 IMAGE_CARD_FILE = os.path.join(PROFILE_DIR, "IMAGE_CARD")
@@ -85,6 +85,22 @@ def image_card() -> Optional[str]:
             return fh.read().strip() or None
     except OSError:
         return None
+
+
+VARIANT_SEP = "@"
+
+
+def variants_of(card: str) -> List[str]:
+    """The engine variants of a card that have a profile here: `card` itself first, then
+    `card@<variant>` by name; a name that already names a variant is only itself."""
+    if VARIANT_SEP in card:
+        return [card]
+    try:
+        names = os.listdir(PROFILE_DIR)
+    except OSError:
+        names = []
+    variants = sorted(n[:-5] for n in names if n.startswith(card + VARIANT_SEP) and n.endswith(".json"))
+    return [card] + variants
 
 
 def load_profile(card: str) -> Profile:

@@ -41,8 +41,15 @@ CARD_SCHEMA: Dict[str, Dict[str, Tuple[type, bool]]] = {
         "ops_dir": (str, False),
         "ops_target": (str, False),
     },
-    "platform": {"gpu_type": (str, True)},
+    "platform": {
+        "gpu_type": (str, True),
+        # The framework name the platform registers this engine under (default: the release's).
+        "framework": (str, False),
+    },
 }
+# A card may ship several engines: [variants.<name>] holds the sections (any of the above) in
+# which that engine differs from the card's default one. Its profile and image are `<card>@<name>`.
+VARIANT_SEP = "@"
 BUILD_CODES = tuple(c.code for c in BUILD if c.kind in (BUILD_PATCH, BUILD_CHECK))
 HEAD_SIZE_POLICIES = ("flex-fallback", "flash-attn-pa-env", "paged-attn-patch")
 
@@ -66,8 +73,18 @@ class Card:
     vllm_source: str = ""
     ops_dir: str = ""
     ops_target: str = ""
-    # cards/<name>/: the card's own files (card.toml, task_info.env, patches/).
+    # cards/<card>/: the card's own files (card.toml, task_info.env, patches/).
     folder: str = ""
+    framework: str = ""
+    # The folder's name, and the engine variant ("" for the card's default engine); `name` is
+    # `card` or `card@variant`: the profile name `--card` and COMPAT_CARD take.
+    card: str = ""
+    variant: str = ""
+
+    @property
+    def image_name(self) -> str:
+        """The name in image repositories and file names, where `@` is not allowed."""
+        return self.name.replace(VARIANT_SEP, "-")
 
 
 @dataclass(frozen=True)
@@ -106,11 +123,37 @@ def _check_table(where: str, table: Any, schema: Dict[str, Tuple[type, bool]]) -
 
 
 def parse_card(name: str, data: Dict[str, Any], folder: str) -> Card:
-    """One card from its card.toml (already parsed); `folder` is where its patches live."""
+    """The card's default engine from its card.toml (already parsed); `folder` is where its
+    patches live. Its variants: `parse_variants`."""
     where = f"cards/{name}/{CARD_FILE}"
     for section in data:
-        if section not in CARD_SCHEMA:
+        if section not in CARD_SCHEMA and section != "variants":
             raise ManifestError(f"{where}: unknown section [{section}]")
+    return _parse_sections(name, {k: v for k, v in data.items() if k != "variants"}, folder, where)
+
+
+def parse_variants(name: str, data: Dict[str, Any], folder: str) -> List[Card]:
+    """Each [variants.<v>] of a card.toml: the card's sections with the variant's laid over."""
+    where = f"cards/{name}/{CARD_FILE}"
+    variants = data.get("variants", {})
+    if not isinstance(variants, dict):
+        raise ManifestError(f"{where}: [variants] must be a table of [variants.<name>] tables")
+    out = []
+    for variant, table in sorted(variants.items()):
+        vwhere = f"{where} [variants.{variant}]"
+        if not variant.replace("-", "").replace("_", "").isalnum() or not isinstance(table, dict):
+            raise ManifestError(f"{vwhere}: a variant is a table named in letters, digits, - and _")
+        merged = {s: dict(data.get(s, {})) for s in CARD_SCHEMA}
+        for section, values in table.items():
+            if section not in CARD_SCHEMA or not isinstance(values, dict):
+                raise ManifestError(f"{vwhere}: unknown section [{section}]")
+            merged[section].update(values)
+        card = _parse_sections(f"{name}{VARIANT_SEP}{variant}", merged, folder, vwhere)
+        out.append(card)
+    return out
+
+
+def _parse_sections(name: str, data: Dict[str, Any], folder: str, where: str) -> Card:
     tables = {s: _check_table(f"{where} [{s}]", data.get(s), schema) for s, schema in CARD_SCHEMA.items()}
     attention, build = tables["attention"], tables["build"]
     sizes = attention["head_sizes"]
@@ -129,7 +172,9 @@ def parse_card(name: str, data: Dict[str, Any], folder: str) -> Card:
         if not os.path.isdir(ops) or not any(f.endswith(".py") for f in os.listdir(ops)):
             raise ManifestError(f"{where} [build]: ops_dir {build['ops_dir']!r} holds no .py ops")
     engine, image = tables["engine"], tables["image"]
-    return Card(name=name, base_image=image["base"], python=image["python"], gpu_type=tables["platform"]["gpu_type"],
+    card, _, variant = name.partition(VARIANT_SEP)
+    return Card(name=name, card=card, variant=variant, framework=tables["platform"].get("framework", ""),
+                base_image=image["base"], python=image["python"], gpu_type=tables["platform"]["gpu_type"],
                 vllm=engine["vllm"], transformers=engine["transformers"], snapshot_env=engine["snapshot_env"],
                 vllm_source=engine.get("vllm_source", ""), head_sizes=tuple(sorted(sizes)),
                 head_size_policy=attention["head_size_policy"], build_patches=tuple(build["patches"]),
@@ -153,10 +198,13 @@ def parse(data: Dict[str, Any], cards_dir: str = CARDS_DIR) -> Manifest:
         folder = os.path.join(cards_dir, name)
         if not os.path.isdir(folder):
             raise ManifestError(f"build_matrix.toml [matrix]: card {name!r} has no folder cards/{name}/")
-        cards[name] = parse_card(name, _read_toml(os.path.join(folder, CARD_FILE)), folder)
+        data = _read_toml(os.path.join(folder, CARD_FILE))
+        cards[name] = parse_card(name, data, folder)
+        for variant in parse_variants(name, data, folder):
+            cards[variant.name] = variant
     if os.path.isdir(cards_dir):
         for folder in sorted(os.listdir(cards_dir)):
-            if os.path.isdir(os.path.join(cards_dir, folder)) and folder not in cards:
+            if os.path.isdir(os.path.join(cards_dir, folder)) and folder not in names:
                 raise ManifestError(f"cards/{folder}: card folder not listed in build_matrix.toml [matrix] cards")
     return Manifest(release=dict(release), cards=cards)
 
@@ -175,7 +223,14 @@ def select_card(manifest: Manifest, name: str) -> str:
     return name
 
 
+def framework(manifest: Manifest, name: str) -> str:
+    """The framework the platform registers this card's engine under."""
+    return manifest.cards[name].framework or manifest.release["framework"]
+
+
 def image_ref(manifest: Manifest, card: str, version: str) -> str:
-    """registry/repository:tag of a card's image for a release version (a v* tag, or "dev")."""
-    repository = manifest.release["image"].format(registry=manifest.release["registry"], card=card)
+    """registry/repository:tag of a card's image for a release version (a v* tag, or "dev");
+    a variant `nv-a100@next` has the repository of `nv-a100-next`."""
+    name = manifest.cards[card].image_name if card in manifest.cards else card
+    repository = manifest.release["image"].format(registry=manifest.release["registry"], card=name)
     return f"{repository}:{version}"

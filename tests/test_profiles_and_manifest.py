@@ -123,3 +123,31 @@ def test_unknown_card_is_a_clear_error():
         load_profile("nv-h100")
     with pytest.raises(ValueError, match=r"known: hygon-k100, iluvatar-bi100, nv-a100"):
         load_profile("nv-h100")
+
+
+def test_a_card_variant_is_the_card_with_its_own_engine(tmp_path):
+    """[variants.next] in card.toml: its own base image, engine and framework; everything else
+    (attention, build, GPU type) as the card's default engine."""
+    from compat_build import task_info
+
+    cards = tmp_path / "cards"
+    shutil.copytree(ROOT / "cards", cards)
+    card = cards / "nv-a100" / "card.toml"
+    card.write_text(card.read_text() + '''
+[variants.next]
+image = { base = "harbor.4pd.io/dooke/vllm/vllm/vllm-openai:v0.32.0" }
+engine = { vllm = "0.32.0", transformers = "5.19.0", snapshot_env = ".venv-engine-next" }
+build = { patches = [] }
+platform = { framework = "vllm_compat_next" }
+''')
+    m = manifest.parse(raw(), str(cards))
+    nxt, default = m.cards["nv-a100@next"], m.cards["nv-a100"]
+    assert (nxt.card, nxt.variant, nxt.vllm, nxt.build_patches) == ("nv-a100", "next", "0.32.0", ())
+    assert (nxt.gpu_type, nxt.head_size_policy, nxt.folder) == (default.gpu_type, default.head_size_policy, default.folder)
+    assert manifest.framework(m, "nv-a100@next") == "vllm_compat_next" and manifest.framework(m, "nv-a100") == "vllm_compat"
+    assert manifest.image_ref(m, "nv-a100@next", "v2") == "harbor.4pd.io/enginex-compat/vllm-compat-nv-a100-next:v2"
+    assert task_info.path_for("nv-a100@next", str(cards)).endswith("cards/nv-a100/task_info@next.env")
+    assert "FRAMEWORK=vllm_compat_next" in task_info.task_info(m, "nv-a100@next")
+    card.write_text(card.read_text() + '[variants.bad]\ncolour = { x = 1 }\n')
+    with pytest.raises(manifest.ManifestError, match=r"\[variants.bad\]: unknown section \[colour\]"):
+        manifest.parse(raw(), str(cards))
