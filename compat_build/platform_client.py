@@ -3,18 +3,20 @@
 validate:  GET  {api}/adminApi/image-verify/validate?gpuType=..&taskType=..  -> code 0, data true
 register:  POST {api}/adminApi/image-verify  {framework, gpuType, imageUrl, taskType, createBy, repoUrl, tag}
 
-Connection errors, timeouts and 5xx are retried with exponential backoff; 4xx is not (it will not
-get better). Every error says what failed and what to do; the token never appears in one.
+Connection errors, timeouts and 5xx are retried by urllib3's Retry, mounted on a requests session
+(which brings the proxy and CA settings of the environment): the first retry at once, then after
+backoff, 2*backoff, ... seconds, and a 429/503's Retry-After is obeyed; 4xx is not retried (it
+will not get better). Every error says what failed and what to do; the token never appears in
+one. requests and urllib3 come with the release tooling (envs/release) and are imported at the
+first call, so the workflow steps that make no call run on a bare Python.
 """
 
 import json
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict, Optional
 
 DEFAULT_API = "https://modelhub.org.cn"
+RETRY_STATUSES = tuple(range(500, 600))
 
 
 class PlatformError(RuntimeError):
@@ -23,36 +25,52 @@ class PlatformError(RuntimeError):
 
 class PlatformClient:
     def __init__(self, api_base: str = DEFAULT_API, token: Optional[str] = None, timeout: float = 10.0,
-                 retries: int = 3, backoff: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> None:
+                 retries: int = 3, backoff: float = 0.5) -> None:
         self.api_base = api_base.rstrip("/")
         self._token = token
-        self.timeout, self.retries, self.backoff, self._sleep = timeout, retries, backoff, sleep
+        self.timeout, self.retries, self.backoff = timeout, retries, backoff
+        self._session = None
 
-    def _request(self, what: str, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
-        url = self.api_base + path
-        data = json.dumps(body).encode() if body is not None else None
+    def retry_policy(self):
+        """`retries` retries of any method (register's POST too, as before) on connection errors,
+        timeouts and 5xx; after the last, a 5xx answer is returned to us, not raised."""
+        from urllib3.util import Retry
+
+        return Retry(total=self.retries, backoff_factor=self.backoff / 2, status_forcelist=RETRY_STATUSES,
+                     allowed_methods=None, raise_on_status=False)
+
+    def _send(self, method: str, url: str, body: Optional[Dict[str, Any]]):
+        import requests
+        from requests.adapters import HTTPAdapter
+
+        if self._session is None:
+            self._session = requests.Session()
+            self._session.mount("http://", HTTPAdapter(max_retries=self.retry_policy()))
+            self._session.mount("https://", HTTPAdapter(max_retries=self.retry_policy()))
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
-        last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                self._sleep(self.backoff * 2 ** (attempt - 1))
-            req = urllib.request.Request(url, data=data, method=method, headers=headers)
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    raw = resp.read()
-                break
-            except urllib.error.HTTPError as exc:
-                if exc.code < 500:
-                    hint = "check the API token secret" if exc.code in (401, 403) else "check the request values"
-                    raise PlatformError(f"{what}: HTTP {exc.code} from {url}; {hint}") from None
-                last = f"HTTP {exc.code}"
-            except (urllib.error.URLError, OSError) as exc:
-                last = f"{getattr(exc, 'reason', exc)}"
-        else:
-            raise PlatformError(f"{what}: {url} failed {self.retries + 1} times (last: {last}); "
-                                "the platform may be down, try again later")
+        data = json.dumps(body).encode() if body is not None else None
+        return self._session.request(method, url, data=data, headers=headers, timeout=self.timeout,
+                                     allow_redirects=False)
+
+    def _request(self, what: str, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
+        from requests.exceptions import RequestException
+
+        url = self.api_base + path
+        tries = f"{url} failed {self.retries + 1} times"
+        try:
+            resp = self._send(method, url, body)
+        except RequestException as exc:
+            raise PlatformError(f"{what}: {tries} (last: {_reason(exc)}); the platform may be down, "
+                                "try again later") from None
+        if resp.status_code >= 500:
+            raise PlatformError(f"{what}: {tries} (last: HTTP {resp.status_code}); the platform may be down, "
+                                "try again later")
+        if resp.status_code >= 400:
+            hint = "check the API token secret" if resp.status_code in (401, 403) else "check the request values"
+            raise PlatformError(f"{what}: HTTP {resp.status_code} from {url}; {hint}")
+        raw = resp.content
         try:
             payload = json.loads(raw)
         except ValueError:
@@ -76,3 +94,13 @@ class PlatformClient:
         return self._request("register", "POST", "/adminApi/image-verify", {
             "framework": framework, "gpuType": gpu_type, "imageUrl": image_url, "taskType": task_type,
             "createBy": create_by, "repoUrl": repo_url, "tag": tag})
+
+
+
+def _reason(exc: BaseException) -> str:
+    """The last failure behind a requests error: urllib3's reason (connection refused, read timed
+    out), without the pool's repr it is wrapped in."""
+    inner = exc.args[0] if exc.args and isinstance(exc.args[0], BaseException) else exc
+    reason = getattr(inner, "reason", None) or inner
+    text = str(reason)
+    return text.split(": ", 1)[1] if text.startswith(("HTTPConnection", "<urllib3")) and ": " in text else text

@@ -1,6 +1,7 @@
 """The platform client against a real HTTP server on 127.0.0.1 with scripted faults."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -59,10 +60,25 @@ def test_bad_answers(platform, body, needle):
     assert TOKEN not in str(err.value)
 
 
-def test_connection_refused_is_retried_then_explained():
-    port = free_port()  # nothing listens there
+def test_connection_refused_is_retried_then_explained(monkeypatch):
+    """The retries are urllib3's Retry: the first at once, then exponential backoff (the sleeps
+    are taken from urllib3's own sleep call)."""
+    import time
+
+    import urllib3.util.retry
+
     sleeps = []
-    client = PlatformClient(f"http://127.0.0.1:{port}", retries=2, backoff=0.5, sleep=sleeps.append)
-    with pytest.raises(PlatformError, match="failed 3 times"):
+    monkeypatch.setattr(urllib3.util.retry, "time", SimpleNamespace(sleep=sleeps.append, time=time.time))
+    port = free_port()  # nothing listens there
+    client = PlatformClient(f"http://127.0.0.1:{port}", retries=3, backoff=0.5)
+    with pytest.raises(PlatformError, match="failed 4 times .*Connection refused.*try again later"):
         client.validate("g", "t")
-    assert sleeps == [0.5, 1.0]  # exponential backoff between the three tries
+    assert sleeps == [0.5, 1.0]  # after the 2nd and 3rd failure; the 4th gives up
+
+
+def test_retry_policy_is_urllib3s():
+    from urllib3.util import Retry
+
+    policy = PlatformClient("http://x", retries=2, backoff=0.5).retry_policy()
+    assert isinstance(policy, Retry) and policy.total == 2 and 503 in policy.status_forcelist
+    assert 404 not in policy.status_forcelist and policy.allowed_methods is None  # POST is retried too
