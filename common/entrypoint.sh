@@ -30,6 +30,14 @@ bounded() {
     esac
 }
 
+# `docker run --rm IMAGE selftest [--card CARD] [--json]`: the image checks itself instead of
+# starting vLLM (common/selftest.py: this entrypoint on the models bundled with the image, vLLM
+# replaced by a recorder). No argument list vLLM takes starts with this word.
+if [ "${1-}" = "selftest" ]; then
+    shift
+    exec "$COMPAT_PYTHON" "$COMPAT_HOME/common/selftest.py" "$@"
+fi
+
 if [ "${COMPAT_DISABLE:-0}" != "1" ]; then
     if bounded "$COMPAT_PYTHON" "$BOOTSTRAP" check 2>/dev/null; then
         exec "$COMPAT_PYTHON" "$BOOTSTRAP" launch -- "$@"

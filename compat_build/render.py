@@ -5,8 +5,9 @@ usage: python -m compat_build.render [CARD|all] [--out DIR]
 build/<card>/ holds: Dockerfile (compat_build/templates/Dockerfile.j2, one template for every
 card), card.json (the card's entry for the profile step), entrypoint.sh, steps/ (the patching
 helper, the code registry, the shared patch library and the image steps), runtime/common/ (the
-runtime package without tests or the repo's profiles: the image bakes its own), and patches/
-(the card folder's own patches, e.g. BI-100's L3 ops) when the card has any.
+runtime package without tests or the repo's profiles: the image bakes its own), selftest/models/
+(the fixture models `docker run IMAGE selftest` starts), and patches/ (the card folder's own
+patches, e.g. BI-100's L3 ops) when the card has any.
 Rendering is deterministic: the same manifest and sources give the same bytes, file modes included.
 """
 
@@ -38,6 +39,10 @@ STEP_FILES = (
     ("compat_build/image_steps", "steps/compat_build/image_steps"),
     ("compat_build/patches", "steps/compat_build/patches"),
 )
+# The committed fixture models (metadata only) the image's self-test starts (common/selftest.py):
+# one saved by transformers 5, one that needs nothing. Bundled as selftest/models/<name>/.
+SELFTEST_MODELS = ("v5-generic", "457-generic")
+FIXTURE_MODELS = os.path.join("tests", "fixtures", "models")
 # Never shipped in the runtime package.
 RUNTIME_EXCLUDE = ("tests", "__pycache__", "*.pyc")
 
@@ -92,6 +97,8 @@ def render_card(card: manifest_mod.Card, out_dir: str) -> str:
     for src, dst in STEP_FILES:
         _copy(os.path.join(ROOT, src), os.path.join(ctx, dst))
     _copy(os.path.join(ROOT, "common"), os.path.join(ctx, "runtime", "common"), ignore=_runtime_ignore)
+    for model in SELFTEST_MODELS:
+        _copy(os.path.join(ROOT, FIXTURE_MODELS, model), os.path.join(ctx, "selftest", "models", model))
     card_patches = os.path.join(card.folder, "patches")
     if os.path.isdir(card_patches):
         _copy(card_patches, os.path.join(ctx, "patches"))

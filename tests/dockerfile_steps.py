@@ -35,7 +35,7 @@ def run_steps(context: Path, image_root: Path, python: str, extra_path: str = ""
                     shutil.copytree(path, target, dirs_exist_ok=True)
                 else:
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(path, target if not dest.endswith("/") else target / path.name)
+                    shutil.copy2(path, target if not dest.endswith("/") else target / path.name)  # modes kept, as COPY does
             results.append((step["content"].strip(), 0, ""))
         elif kind == "RUN":
             command = value.replace(f"PYTHONPATH={HOME}", f"PYTHONPATH={home}{os.pathsep}{extra_path}")

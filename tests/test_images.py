@@ -5,6 +5,7 @@ import filecmp
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 import yaml
 
 from common.patching import BACKUP_SUFFIX
-from compat_build import manifest, render, task_info
+from compat_build import manifest, release, render, task_info
 from compat_build.patches.l1_special_tokens_list import MARKER as L1_MARKER
 from tests.docker_api import DockerAPI
 from tests.dockerfile_steps import HOME, run_steps
@@ -23,6 +24,7 @@ from tests.test_library_patches import ENGINE, VENVS, shadow_package
 ROOT = Path(__file__).resolve().parents[1]
 CARDS = ["hygon-k100", "iluvatar-bi100", "nv-a100"]
 WORKFLOW = ROOT / ".gitea" / "workflows" / "docker-build-push.yml"
+TEST_WORKFLOW = ROOT / ".gitea" / "workflows" / "test.yml"
 BIN = Path(sys.executable).parent
 
 
@@ -64,6 +66,11 @@ def test_rendered_context_is_complete_and_lint_clean(tmp_path, card):
     assert (runtime / "launch.py").is_file() and (runtime / "rules" / "r2_chat_template.py").is_file()
     assert not (runtime / "tests").exists() and not list((runtime / "profiles").glob("*.json"))
     assert filecmp.cmp(ctx / "entrypoint.sh", ROOT / "common" / "entrypoint.sh", shallow=False)
+    # The self-test's models: the committed fixtures, byte for byte, copied into the image.
+    for model in render.SELFTEST_MODELS:
+        assert not filecmp.dircmp(ctx / "selftest" / "models" / model, ROOT / "tests" / "fixtures" / "models" / model).diff_files
+        assert (ctx / "selftest" / "models" / model / "config.json").is_file()
+    assert f"COPY selftest/ {HOME}/selftest/" in lines
     assert os.access(ctx / "entrypoint.sh", os.X_OK)
     lint = subprocess.run([str(BIN / "hadolint"), "--failure-threshold", "error", str(ctx / "Dockerfile")],
                           capture_output=True, text=True)
@@ -262,7 +269,8 @@ def test_workflow_builds_every_card_on_v_tags_with_secrets_only():
     assert image_job["strategy"]["fail-fast"] is False
     assert image_job["strategy"]["matrix"]["card"] == "${{ fromJSON(needs.matrix.outputs.cards) }}"
     steps = " ".join(json.dumps(s) for s in image_job["steps"])
-    order = ["task_info.env", "release validate", "docker login", "compat_build.build", "docker push", "release register"]
+    order = ["task_info.env", "release validate", "docker login", "compat_build.build", "release selftest",
+             "release push", "release register", "release summary"]
     positions = [steps.index(marker) for marker in order]
     assert positions == sorted(positions)
     assert "https://modelhub.org.cn" in flow["env"]["MODELHUB_API"]
@@ -271,6 +279,42 @@ def test_workflow_builds_every_card_on_v_tags_with_secrets_only():
     assert set(credentials) == {"MODELHUB_TOKEN", "REGISTRY_USERNAME", "REGISTRY_PASSWORD"}
     for name in credentials:
         assert re.search(rf"{name}: \$\{{\{{ secrets\.{name} \}}\}}", text), name
+
+
+def test_workflow_gates_the_push_on_the_selftest_and_registers_the_pushed_digest():
+    """build -> selftest -> push -> register: the push and the registration run only when every
+    step before them passed (no `if:` of their own), the push takes the self-test's report and
+    the registration the push's digest; the summary is written whatever happened."""
+    steps = workflow()["jobs"]["image"]["steps"]
+    runs = [s.get("run", "") for s in steps]
+
+    def at(marker):
+        [i] = [i for i, run in enumerate(runs) if marker in run]
+        return i
+
+    build, gate, push, register, summary = (at("compat_build.build"), at("release selftest"), at("release push"),
+                                            at("release register"), at("release summary"))
+    assert build < gate < push < register < summary
+    assert all("if" not in steps[i] for i in range(summary))  # a failed step stops everything up to the summary
+    assert '--report "$RUNNER_TEMP/selftest.json"' in runs[gate]
+    assert '--tested "$RUNNER_TEMP/selftest.json"' in runs[push] and steps[push]["id"] == "push"
+    assert 'echo "ref=$ref" >> "$GITHUB_OUTPUT"' in runs[push]
+    assert steps[register]["env"]["IMAGE_REF"] == "${{ steps.push.outputs.ref }}"
+    assert '"$IMAGE_REF" --tag "$VERSION"' in runs[register]
+    assert steps[summary]["if"] == "${{ !cancelled() }}" and '>> "$GITHUB_STEP_SUMMARY"' in runs[summary]
+    assert not any("docker push" in run for run in runs)  # the push is the gate's: only a tested image
+    install = next(run for run in runs if "envs/release/requirements.txt" in run)
+    assert "--require-hashes" in install
+
+
+def test_test_workflow_lints_and_runs_the_unit_tier_on_every_push_and_pull_request():
+    flow = yaml.safe_load(TEST_WORKFLOW.read_text())
+    assert set(flow[True]) == {"push", "pull_request"} and not flow[True]["push"]  # every branch and tag
+    [job] = flow["jobs"].values()
+    runs = [s.get("run", "") for s in job["steps"]]
+    venv, lint, unit = (next(i for i, r in enumerate(runs) if m in r) for m in ("make venv", "make lint", "pytest common/"))
+    assert venv < lint and venv < unit
+    assert runs[unit].startswith(".venv/bin/python -m pytest")
 
 
 def test_matrix_output_lists_the_manifest_cards():
@@ -294,7 +338,10 @@ def test_release_check_runs_every_local_step():
         assert f"ok   {card}: hadolint" in result.stdout and f"ok   {card}: COPY sources exist" in result.stdout
     assert "ok   actionlint" in result.stdout and "ok   shellcheck" in result.stdout
     assert "skip platform validate: MODELHUB_TOKEN is not set" in result.stdout
-    assert "skip docker build: no Docker daemon" in result.stdout
+    assert "skip docker build and self-test (the release gate, `docker run --rm IMAGE selftest`): no Docker daemon" in (
+        result.stdout)
+    assert result.stdout.rstrip().endswith("release-check: the steps run here passed; NOT run here: platform validate, "
+                                           "docker build and self-test (no Docker daemon)")
 
 
 def test_release_validate_and_register_against_a_local_platform(platform):
@@ -319,3 +366,254 @@ def test_release_validate_and_register_against_a_local_platform(platform):
     assert "Traceback" not in refused.stderr
     for result in (ok, reg, refused):
         assert TOKEN not in result.stdout + result.stderr
+
+
+# The release gate: build -> selftest -> push -> register, driven through the real docker SDK
+# against the Docker API stand-in, whose containers are a built layout's own entrypoint.
+
+VERSION = "v9.9.9"
+REF = manifest.image_ref(manifest.load(), "nv-a100", VERSION)
+REPOSITORY = REF.rsplit(":", 1)[0]
+IMAGE_ID = "sha256:" + "1" * 64
+DIGEST = "sha256:" + "d" * 64
+PUSHED = [{"status": f"The push refers to repository [{REPOSITORY}]"},
+          {"status": "Preparing", "progressDetail": {}, "id": "5f70bf18a086"},
+          {"status": "Pushed", "progressDetail": {}, "id": "5f70bf18a086"},
+          {"status": f"{VERSION}: digest: {DIGEST} size: 1234"},
+          {"progressDetail": {}, "aux": {"Tag": VERSION, "Digest": DIGEST, "Size": 1234}}]
+
+
+@pytest.fixture(scope="module")
+def built_nv_a100(tmp_path_factory):
+    """The nv-a100 image's files (its Dockerfile's steps on the real vLLM 0.11.0 engine venv),
+    made once; tests that break it work on a copy."""
+    results, home = nv_a100_image(tmp_path_factory.mktemp("nv-a100-image"))
+    assert_steps_passed(results)
+    return home
+
+
+def image_copy(home: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "image" / HOME.lstrip("/")
+    shutil.copytree(home, dest, symlinks=True)
+    return dest
+
+
+def container_runner(home: Path):
+    """`docker run IMAGE CMD...` of the layout: its ENTRYPOINT exec'd (as the exec form is) with
+    the command, on the image's Python (the engine venv's), with nothing of this checkout around."""
+
+    def run(image, command):
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("COMPAT_") and k not in ("PYTHONPATH", "VIRTUAL_ENV", "MODEL_DIR")}
+        env.update(COMPAT_HOME=str(home), COMPAT_PYTHON=str(ENGINE / "bin" / "python"), HF_HUB_OFFLINE="1")
+        proc = subprocess.run([str(home / "entrypoint.sh"), *command], env=env, capture_output=True, cwd="/",
+                              timeout=900)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    return run
+
+
+def docker_with(home: Path, label: str = "nv-a100") -> DockerAPI:
+    return DockerAPI([], runner=container_runner(home), push_chunks=PUSHED,
+                     images={REF: {"Id": IMAGE_ID, "Labels": {"io.enginex.card": label}}})
+
+
+def release_step(api: DockerAPI, *args):
+    return python_module("compat_build.release", *args, env={"DOCKER_HOST": api.url})
+
+
+def test_users_run_the_selftest_with_the_images_entrypoint(built_nv_a100):
+    """`docker run --rm IMAGE selftest`: one line per check, exit 0."""
+    rc, out, err = container_runner(built_nv_a100)(REF, ["selftest"])
+    lines = out.decode().splitlines()
+    assert rc == 0, out.decode() + err.decode()
+    assert [line.split(":")[0] for line in lines] == [
+        "ok   python", "ok   import", "ok   profile", "ok   v5-generic", "ok   457-generic", "ok   models",
+        "selftest"]
+    assert lines[2].startswith("ok   profile: nv-a100: vLLM 0.11.0, transformers 4.57.6")
+    assert lines[-1] == "selftest: passed (6/6 checks)"
+
+
+def test_release_gate_then_push_and_register_the_tested_digest(built_nv_a100, tmp_path, platform):
+    from tests.conftest import TOKEN
+
+    api = docker_with(built_nv_a100)
+    report = tmp_path / "selftest.json"
+    try:
+        gate = release_step(api, "selftest", "nv-a100", VERSION, "--report", str(report))
+        assert gate.returncode == 0, gate.stdout + gate.stderr
+        [(cid, container)] = api.containers.items()
+        assert container["spec"]["Image"] == REF and container["spec"]["Cmd"] == ["selftest", "--card", "nv-a100", "--json"]
+        assert container["spec"]["HostConfig"]["NetworkMode"] == "none" and api.removed == [cid]
+        pushed = release_step(api, "push", "nv-a100", VERSION, "--tested", str(report))
+    finally:
+        api.close()
+    for check in ("python", "import", "profile: nv-a100", "v5-generic: repairs R3, R3b", "457-generic: nothing added",
+                  "models"):
+        assert f"ok   nv-a100 selftest {check}" in gate.stdout, gate.stdout
+    tested = json.loads(report.read_text())
+    assert tested["passed"] and tested["image_id"] == IMAGE_ID and tested["image"] == REF
+    assert {"R3", "R3b"} <= set(tested["models"]["v5-generic"]["repairs"])
+    assert "--tokenizer" in tested["models"]["v5-generic"]["args"]
+    assert tested["models"]["457-generic"] == {"repairs": [], "findings": [], "args": [], "env": {}}
+    # The push: exactly the tested image, its digest printed for the registration.
+    assert pushed.returncode == 0, pushed.stderr
+    ref = pushed.stdout.strip()
+    assert ref == f"{REPOSITORY}@{DIGEST}"
+    assert [(p["name"], p["tag"]) for p in api.pushes] == [(REPOSITORY, VERSION)]
+    assert f"{VERSION}: digest: {DIGEST}" in pushed.stderr and "Preparing" not in pushed.stderr
+    # The registration: the digest as the image, the version in the tag field.
+    env = {"MODELHUB_API": platform["client"].api_base, "MODELHUB_TOKEN": TOKEN, "GITHUB_ACTOR": "ci-bot",
+           "GITHUB_SERVER_URL": "https://git.example", "GITHUB_REPOSITORY": "team/enginex-compat"}
+    reg = python_module("compat_build.release", "register", "nv-a100", ref, "--tag", VERSION, env=env)
+    assert reg.returncode == 0, reg.stderr
+    assert json.loads(platform["requests"][0][3]) == {
+        "framework": "vllm_compat", "gpuType": "nvidia_a100", "imageUrl": ref, "taskType": "text-generation",
+        "createBy": "ci-bot", "repoUrl": "https://git.example/team/enginex-compat", "tag": VERSION}
+    # The job's summary: card, digest, what the self-test saw.
+    summary = python_module("compat_build.release", "summary", "nv-a100", "--report", str(report), "--ref", ref,
+                            "--tag", VERSION)
+    assert summary.returncode == 0, summary.stderr
+    text = summary.stdout
+    assert text.startswith("### nv-a100\n") and f"| registered | `{ref}` |" in text
+    assert "| self-test | passed (6/6 checks) |" in text and f"| tested image id | `{IMAGE_ID}` |" in text
+    assert re.search(r"\| repairs for v5-generic \| R3, R3b\b", text) and "| repairs for 457-generic | none |" in text
+
+
+def _profile_of_another_card(home: Path) -> None:
+    path = home / "common" / "profiles" / "nv-a100.json"
+    path.write_text(path.read_text().replace('"card": "nv-a100"', '"card": "hygon-k100"'))
+
+
+def _broken_runtime_package(home: Path) -> None:
+    with open(home / "common" / "launch.py", "a") as fh:
+        fh.write("\nthis is not python(\n")
+
+
+@pytest.mark.parametrize("breakage, label, failed", [
+    (_profile_of_another_card, "nv-a100", ["profile"]),
+    (_broken_runtime_package, "nv-a100", ["import", "v5-generic", "457-generic"]),
+    (None, "hygon-k100", []),  # the image is labelled for another card: not even started
+])
+def test_a_failing_selftest_stops_the_push(built_nv_a100, tmp_path, breakage, label, failed):
+    home = image_copy(built_nv_a100, tmp_path)
+    if breakage:
+        breakage(home)
+    api = docker_with(home, label=label)
+    report = tmp_path / "selftest.json"
+    try:
+        gate = release_step(api, "selftest", "nv-a100", VERSION, "--report", str(report))
+        pushed = release_step(api, "push", "nv-a100", VERSION, "--tested", str(report))
+    finally:
+        api.close()
+    assert gate.returncode == 1 and "Traceback" not in gate.stderr
+    assert f"release selftest: nv-a100: {REF} failed its self-test" in gate.stderr
+    assert [line.split(":")[0].rsplit(" ", 1)[1] for line in gate.stdout.splitlines() if line.startswith("FAIL")] == failed
+    assert not json.loads(report.read_text())["passed"]
+    assert pushed.returncode == 1 and "not pushed" in pushed.stderr and pushed.stdout == ""
+    assert api.pushes == [] and list(api.containers) == api.removed  # nothing pushed, no container left
+    if label != "nv-a100":
+        assert api.containers == {} and "labelled io.enginex.card='hygon-k100'" in gate.stderr
+
+
+def _tested(tmp_path: Path, **changes) -> Path:
+    report = {"card": "nv-a100", "image": REF, "image_id": IMAGE_ID, "passed": True, "problem": "", "checks": [],
+              "models": {}}
+    path = tmp_path / "selftest.json"
+    path.write_text(json.dumps(dict(report, **changes)))
+    return path
+
+
+@pytest.mark.parametrize("image, chunks, needle", [
+    ({"Id": "sha256:" + "2" * 64}, PUSHED, "is now image sha256:2222"),  # retagged after the self-test
+    ({"Id": IMAGE_ID}, [{"status": "Preparing"}, {"error": "unauthorized: authentication required"}],
+     "push of " + REF + " failed: unauthorized"),
+    ({"Id": IMAGE_ID}, [{"status": "Pushed"}], "did not report a digest"),
+])
+def test_push_refuses_what_it_cannot_vouch_for(tmp_path, image, chunks, needle):
+    api = DockerAPI([], images={REF: image}, push_chunks=chunks)
+    try:
+        pushed = release_step(api, "push", "nv-a100", VERSION, "--tested", str(_tested(tmp_path)))
+    finally:
+        api.close()
+    assert pushed.returncode == 1 and needle in pushed.stderr and pushed.stdout == ""
+    assert "Traceback" not in pushed.stderr
+
+
+def test_push_reads_the_digest_the_daemon_recorded_when_the_stream_has_none(tmp_path):
+    image = {"Id": IMAGE_ID, "RepoDigests": [f"other/name@sha256:{'9' * 64}", f"{REPOSITORY}@{DIGEST}"]}
+    api = DockerAPI([], images={REF: image}, push_chunks=[{"status": "Pushed"}])
+    try:
+        pushed = release_step(api, "push", "nv-a100", VERSION, "--tested", str(_tested(tmp_path)))
+        missing = release_step(api, "push", "nv-a100", VERSION, "--tested", str(tmp_path / "absent.json"))
+    finally:
+        api.close()
+    assert pushed.returncode == 0 and pushed.stdout.strip() == f"{REPOSITORY}@{DIGEST}"
+    assert missing.returncode == 1 and "the self-test step must pass first" in missing.stderr
+
+
+@pytest.mark.parametrize("ref, parts", [
+    ("harbor.4pd.io/team/img:v1", ("harbor.4pd.io/team/img", "v1", "")),
+    ("harbor.4pd.io/team/img@sha256:ab", ("harbor.4pd.io/team/img", "", "sha256:ab")),
+    ("localhost:5000/img:v1@sha256:ab", ("localhost:5000/img", "v1", "sha256:ab")),
+    ("localhost:5000/img", ("localhost:5000/img", "", "")),
+])
+def test_split_ref(ref, parts):
+    assert release.split_ref(ref) == parts
+
+
+def test_register_of_a_digest_needs_the_tag_in_its_own_field(platform):
+    from tests.conftest import TOKEN
+
+    env = {"MODELHUB_API": platform["client"].api_base, "MODELHUB_TOKEN": TOKEN}
+    result = python_module("compat_build.release", "register", "nv-a100", f"{REPOSITORY}@{DIGEST}", env=env)
+    assert result.returncode == 1 and "pass --tag VERSION" in result.stderr and platform["requests"] == []
+
+
+def test_selftest_output_is_found_after_other_lines():
+    data = {"passed": True, "card": "x", "checks": [{"name": "a", "ok": True, "detail": ""}], "models": {}}
+    assert release._selftest_output("welcome to the base image\n" + json.dumps(data, indent=1)) == data
+    assert release._selftest_output("Traceback (most recent call last):\n  oops\n") is None
+
+
+def test_summary_of_a_job_that_stopped_early(tmp_path):
+    failed = _tested(tmp_path, passed=False, problem="exit 1, failed checks: profile",
+                     checks=[{"name": "profile", "ok": False, "detail": "baked for card 'hygon-k100'"}])
+    result = python_module("compat_build.release", "summary", "nv-a100", "--report", str(failed), "--tag", VERSION)
+    assert "| registered | nothing (the job stopped before) |" in result.stdout
+    assert "| self-test | FAILED: exit 1, failed checks: profile (0/1 checks) |" in result.stdout
+    assert "- `profile`: baked for card 'hygon-k100'" in result.stdout
+    absent = python_module("compat_build.release", "summary", "nv-a100", "--report", str(tmp_path / "none.json"))
+    assert absent.returncode == 0 and "| self-test | did not run |" in absent.stdout
+
+
+def test_release_check_with_a_daemon_builds_and_self_tests_every_card():
+    """`make release-check` where a daemon answers: each card is built, then gated like a release;
+    a card whose self-test fails fails the check (the stand-in's containers answer per card)."""
+    m = manifest.load()
+    names = manifest.card_names(m)  # every card and engine variant of the matrix
+    tags = {card: manifest.image_ref(m, card, "release-check") for card in names}
+
+    def run(image, command):
+        card = command[2]
+        ok = card != "hygon-k100"
+        report = {"passed": ok, "card": card, "models": {},
+                  "checks": [{"name": "profile", "ok": ok, "detail": card if ok else "baked for another card"}]}
+        return (0 if ok else 1), json.dumps(report).encode(), b""
+
+    api = DockerAPI([{"aux": {"ID": "sha256:" + "3" * 64}}], runner=run,
+                    images={tag: {"Id": "sha256:" + "3" * 64, "Labels": {"io.enginex.card": card}} for card, tag in tags.items()})
+    try:
+        result = python_module("compat_build.release", "check", "--out", str(ROOT / "build" / "release-check"),
+                               env={"DOCKER_HOST": api.url, "MODELHUB_TOKEN": ""})
+    finally:
+        api.close()
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert [b["query"]["t"] for b in api.builds] == [tags[c] for c in names]
+    assert [c["spec"]["Cmd"] for c in api.containers.values()] == [["selftest", "--card", c, "--json"] for c in names]
+    for card in ("iluvatar-bi100", "nv-a100"):
+        assert f"ok   {card}: docker build" in result.stdout and f"ok   {card}: selftest: docker run --rm {tags[card]} selftest" in (
+            result.stdout)
+    assert "FAIL hygon-k100 selftest profile: baked for another card" in result.stdout
+    assert f"FAIL hygon-k100: selftest: hygon-k100: {tags['hygon-k100']} failed its self-test" in result.stdout
+    assert result.stdout.rstrip().endswith("release-check: FAILED: hygon-k100: selftest")
