@@ -34,7 +34,7 @@ def examine(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[st
     that decide it."""
     plan = Plan(card=card, model_dir=os.path.abspath(model_dir))
     try:
-        build_plan(model_dir, card, vllm_args, env, verify=True, plan=plan, read_config=True)
+        build_plan(model_dir, card, vllm_args, env, verify=True, plan=plan, ask_engine_config=True)
     except Exception as exc:  # a bug must still give the user an answer
         plan.add_finding("INTERNAL", "error", f"preflight failed: {type(exc).__name__}: {exc}")
     finally:

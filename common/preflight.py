@@ -28,11 +28,11 @@ TOKENIZER_OVERLAY = "tokenizer"
 
 def build_plan(model_dir: str, card: str, user_args: Sequence[str], env: Mapping[str, str],
                verify: bool = True, plan: Optional[Plan] = None, patch_engine: bool = False,
-               read_config: bool = False) -> Plan:
+               ask_engine_config: bool = False) -> Plan:
     """Fill `plan` (a fresh one if None) step by step, so a caller interrupted midway (timeout)
     still holds what was decided so far. Raises nothing for bad input: that becomes findings.
     `patch_engine`: apply engine source patches (launch only); otherwise they are checked against
-    the engine's own file, not written. `read_config` (doctor): also ask the engine's transformers
+    the engine's own file, not written. `ask_engine_config` (doctor): also ask the engine's transformers
     to read the model's config.json, which catches what the profile's tables cannot."""
     plan = plan if plan is not None else Plan(card=card, model_dir=os.path.abspath(model_dir))
     plan.user_args = list(user_args)
@@ -49,7 +49,9 @@ def build_plan(model_dir: str, card: str, user_args: Sequence[str], env: Mapping
         say(f"{exc}; no repairs")
         return plan
     plan.facts = gather_facts(model)
-    user = UserArgs(user_args)
+    # The flags of a --config file count as the user's where the engine reads one (None: unknown,
+    # read: a file the engine ignores only makes the repairs stand back).
+    user = UserArgs(user_args, read_config=profile.serve_config_file is not False)
     ctx = Context(model=model, profile=profile, facts=plan.facts, user=user, env=env)
     skipped = _skipped_codes(env)
     for rule in REGISTRY:
@@ -77,7 +79,7 @@ def build_plan(model_dir: str, card: str, user_args: Sequence[str], env: Mapping
             _write_work_file(plan, repair)
         if repair.engine_patch is not None and patch_engine:
             _patch_engine(plan, repair, _engine_file(repair), write=True)
-    _materialize(plan, model, profile, user, env, verify, model_dir, read_config)
+    _materialize(plan, model, profile, user, env, verify, model_dir, ask_engine_config)
     _assemble(plan, user, env)
     _write_report(plan)
     return plan
@@ -126,7 +128,7 @@ def _apply_tokenizer_verdict(plan: Plan, overlay_repairs: List[Repair], ok: Opti
 
 
 def _materialize(plan: Plan, model: ModelDir, profile, user: UserArgs, env: Mapping[str, str], verify: bool,
-                 model_arg: str, read_config: bool) -> None:
+                 model_arg: str, ask_engine_config: bool) -> None:
     """Write what the repairs need beyond arguments (the tokenizer overlay, a rewritten config.json
     or a model view) and verify all of it, engine patches included, in one engine-Python process."""
     tokenizer = _build_tokenizer_overlay(plan, model)
@@ -142,7 +144,7 @@ def _materialize(plan: Plan, model: ModelDir, profile, user: UserArgs, env: Mapp
         requests.append({"kind": "tokenizer", "overlay": tokenizer[0], "model": model.path})
     if carried is not None and carried.config_dir:
         requests.append(carried.request(trust))
-    if read_config and model.state("config.json").exists:
+    if ask_engine_config and model.state("config.json").exists:
         requests.append({"kind": "config", "path": model.path, "trust_remote_code": trust, "attributes": []})
     if not requests:
         return
@@ -162,7 +164,7 @@ def _materialize(plan: Plan, model: ModelDir, profile, user: UserArgs, env: Mapp
     if carried is not None and carried.config_dir:
         ok, reason, answer = verdicts.pop(0)
         apply_verdict(plan, carried, ok, reason, answer, user, model_arg)
-    if read_config and model.state("config.json").exists:
+    if ask_engine_config and model.state("config.json").exists:
         ok, reason, _ = verdicts.pop(0)
         _config_verdict(plan, ok, reason)
 

@@ -49,6 +49,7 @@ class Profile:
         self.head_dim_none_fallback: Optional[bool] = engine.get("head_dim_none_fallback")
         self.null_head_dim_model_types: FrozenSet[str] = frozenset(engine.get("null_head_dim_model_types") or ())
         self.config_model_types: Optional[FrozenSet[str]] = _optional_set(engine.get("config_model_types"))
+        self.serve_config_file: Optional[bool] = engine.get("serve_config_file")
         reads = engine.get("reads") if isinstance(engine.get("reads"), dict) else {}
         self.reads_rope_parameters: Optional[bool] = reads.get("rope_parameters")
         self.reads_dtype_key: Optional[bool] = reads.get("dtype")

@@ -104,6 +104,10 @@ def _run(argv: List[str], stdin_text: Optional[str], env: Mapping[str, str]) -> 
         proc.kill()
         out, err = proc.communicate()  # what was answered before the limit still counts
         return _Run(out, err, proc.returncode, Verdict(False, f"verification timed out after {timeout:g}s"))
+    except BaseException:  # the preflight's deadline or Ctrl-C: the check must not outlive it
+        proc.kill()
+        proc.wait()
+        raise
     return _Run(out, err, proc.returncode)
 
 

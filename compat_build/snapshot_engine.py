@@ -226,6 +226,16 @@ def engine_args(vllm_source: str = "") -> List[str]:
     return []
 
 
+def serve_config_file() -> Optional[bool]:
+    """Whether `vllm serve --config FILE.yaml` is read (vLLM 0.11's FlexibleArgumentParser loads
+    it; 0.5.5 has no such flag). None: no vLLM to ask."""
+    try:
+        from vllm.utils import FlexibleArgumentParser
+    except Exception:
+        return None
+    return callable(getattr(FlexibleArgumentParser, "load_config_file", None))
+
+
 def reads_transformers5_format() -> Dict[str, Optional[bool]]:
     """What the engine's transformers makes of the files transformers 5 writes, asked of its own
     classes: `rope_parameters` (a config class taking it as a parameter; 4.x sets an unknown
@@ -274,6 +284,7 @@ def snapshot(vllm_source: str = "") -> Dict[str, Any]:
         "head_dim_none_fallback": head_dim_none_fallback(),
         "null_head_dim_model_types": null_head_dim_model_types(),
         "reads": reads_transformers5_format(),
+        "serve_config_file": serve_config_file(),
     }
     data.update(transformers_tables())
     return data

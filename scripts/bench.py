@@ -156,7 +156,9 @@ def repaired_figures(tmp: Path, tree: Path) -> Optional[Dict[str, float]]:
     env = dict(os.environ, COMPAT_WORK_DIR=str(tmp / "work-repaired"), TRANSFORMERS_VERBOSITY="error",
                COMPAT_ENGINE_PYTHON=engine)
     cmd = [engine, "-m", "common", "preflight", str(model), "--card", "nv-a100", "--dry-run", "--json"]
-    plan = json.loads(subprocess.run(cmd, cwd=str(tree), env=env, capture_output=True, text=True, check=True).stdout)
+    # This one run keeps its work dir: the floor below loads the overlay it wrote.
+    plan = json.loads(subprocess.run(cmd + ["--keep-work-dir"], cwd=str(tree), env=env, capture_output=True, text=True,
+                                     check=True).stdout)
     repairs = [(r["code"], r["verified"]) for r in plan["repairs"]]
     if not repairs or not all(ok is True for _, ok in repairs) or plan["args"][:1] != ["--tokenizer"]:
         raise RuntimeError(f"the transformers-5 model was not repaired and verified: {repairs}")

@@ -39,6 +39,8 @@ def profile_json(card: Dict[str, Any], snap: Dict[str, Any]) -> Dict[str, Any]:
             "config_model_types": snap["config_model_types"],
             # What its transformers reads of the transformers-5 formats (R3, R5 decide from it).
             "reads": snap["reads"],
+            # Whether `vllm serve --config FILE.yaml` is read: its flags then count as the user's.
+            "serve_config_file": snap["serve_config_file"],
             "tokenizer_classes": snap["tokenizer_classes"],
             "tokenizer_model_types": snap["tokenizer_model_types"],
             "model_type_architectures": snap["model_type_architectures"],
