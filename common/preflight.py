@@ -183,6 +183,9 @@ def _config_verdict(plan: Plan, ok: Optional[bool], reason: str) -> None:
         return
     if ok is None:
         plan.add_finding("CONFIG", "unverified", f"the engine's transformers could not be asked to read config.json: {reason}")
+    elif "custom code" in reason or "trust_remote_code" in reason:  # transformers' own refusal of remote code
+        if not any(f.code == "REMOTE_CODE" for f in plan.findings):
+            plan.add_finding("REMOTE_CODE", "error", f"the engine's transformers refuses config.json: {reason}")
     else:
         plan.add_finding("CONFIG", "error", f"the engine's transformers cannot read config.json: {reason}")
 

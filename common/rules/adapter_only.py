@@ -17,7 +17,10 @@ class AdapterOnly(Rule):
     title = "an adapter, not a model"
     doc = __doc__.split("\n\n", 1)[1].strip()
     fix = "submit the base model (merged with the adapter, or serve the adapter with --enable-lora on top of it)"
-    log_signatures = (r"does not appear to have a file named config\.json",)
+    # What vLLM prints for a directory without config.json says nothing of an adapter (0.11:
+    # "Invalid repository ID or local directory", 0.5.5: "Unrecognized model"); the model
+    # directory tells, so no log line claims this code.
+    log_signatures = ()
 
     def check(self, ctx: Context) -> Outcome:
         if ctx.model.state("config.json").exists or not ctx.model.state("adapter_config.json").exists:

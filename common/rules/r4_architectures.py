@@ -44,6 +44,10 @@ class Architectures(Rule):
                 "warning", f"config.json architectures is {raw!r}, not a list of class names; not checked"))
             return outcome
         profile = ctx.profile
+        auto_map = config.get("auto_map")
+        if isinstance(auto_map, dict) and any(k.startswith("AutoModel") for k in auto_map) and \
+                not ctx.user.has("--trust-remote-code"):
+            return outcome  # the model's own classes: REMOTE_CODE says what that needs
         registry = profile.architectures
         if registry is None:
             outcome.findings.append(self.finding(
