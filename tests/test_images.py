@@ -138,24 +138,47 @@ def test_hygon_steps_patch_the_real_transformers_4_57(tmp_path):
     assert profile["engine"]["architectures"] and profile["attention"]["head_size_policy"] == "flash-attn-pa-env"
 
 
-def test_iluvatar_steps_on_transformers_4_55_and_a_vendor_tree(tmp_path):
+ENGINE055 = ROOT / ".venv-engine055"
+
+
+@pytest.mark.skipif(not (ENGINE055 / "bin" / "python").exists(), reason="needs .venv-engine055: run `make engine055-env`")
+def test_iluvatar_steps_on_the_real_vllm_0_5_5_engine_and_a_vendor_tree(tmp_path):
+    """L1 on the engine's transformers 4.55.4, L3 into an ixformer tree, and the profile baked
+    from the engine itself equals the committed one (which `make profiles` made from it)."""
     ctx = rendered(tmp_path / "build", "iluvatar-bi100")
     site = tmp_path / "site"
-    target = shadow_package(VENVS["4.55"], "transformers", "tokenization_utils_base.py", site)
+    target = shadow_package(ENGINE055, "transformers", "tokenization_utils_base.py", site)
     functions = site / "ixformer" / "functions"
     functions.mkdir(parents=True)
     (site / "ixformer" / "__init__.py").write_text("")
     (functions / "__init__.py").write_text("")
-    results = run_steps(ctx, tmp_path / "image", str(VENVS["4.55"] / "bin" / "python"), str(site))
+    results = run_steps(ctx, tmp_path / "image", str(ENGINE055 / "bin" / "python"), str(site))
     assert_steps_passed(results)
     assert L1_MARKER in target.read_text()
     assert (functions / "gelu_tanh_and_mul.py").is_file()
     assert "from .gelu_tanh_and_mul import *" in (functions / "__init__.py").read_text()
-    profile, _ = profile_of(tmp_path / "image", "iluvatar-bi100")
+    profile, image_card = profile_of(tmp_path / "image", "iluvatar-bi100")
+    assert image_card == "iluvatar-bi100"
     committed = json.loads((ROOT / "common" / "profiles" / "iluvatar-bi100.json").read_text())
-    assert profile["transformers_version"] == "4.55.4"
-    assert profile["engine"]["tokenizer_classes"] == committed["engine"]["tokenizer_classes"]
-    assert profile["engine"]["architectures"] is None  # no vLLM in this tree: unknown, never invented
+    # The one difference is L1's doing, and the profile says so: the image's transformers reads a
+    # list of extra_special_tokens (the repo's profile is made from the unpatched engine).
+    assert committed["engine"]["reads"]["extra_special_tokens_list"] is False
+    assert profile["engine"]["reads"].pop("extra_special_tokens_list") is True
+    committed["engine"]["reads"].pop("extra_special_tokens_list")
+    assert profile == committed
+
+
+def test_a_profile_baked_without_vllm_never_invents_its_facts(tmp_path):
+    """Baked where no vLLM is installed (transformers 4.55 alone): the engine facts are unknown."""
+    from compat_build.image_steps.bake_profile import profile_json
+    from compat_build.profiles import card_json, take_snapshot
+
+    snap = take_snapshot(str(VENVS["4.55"] / "bin" / "python"))
+    profile = profile_json(card_json(manifest.load().cards["iluvatar-bi100"]), snap)
+    engine = profile["engine"]
+    assert engine["architectures"] is None and engine["engine_args"] is None and engine["quantization_methods"] is None
+    assert engine["transformers_backend"] is None and engine["head_dim_none_fallback"] is None
+    assert engine["serve_config_file"] is None and engine["reads"]["rope_parameters"] is False
 
 
 def test_a_failing_patch_step_stops_the_build(tmp_path):
