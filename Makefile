@@ -61,10 +61,10 @@ bench: venv
 	@$(PY) scripts/bench_moe.py
 	@$(PY) scripts/bench_triage.py
 
-profiles: venv engine-env engine055-env
+profiles: venv engine-env engine055-env engine-next-env
 	$(PY) -m compat_build.profiles
 
-profiles-check: venv engine-env engine055-env
+profiles-check: venv engine-env engine055-env engine-next-env
 	$(PY) -m compat_build.profiles --check
 
 render: venv

@@ -340,6 +340,8 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     i = sub.add_parser("image", help="print the card's image reference for a version")
     i.add_argument("card")
     i.add_argument("version")
+    e = sub.add_parser("task-info", help="print the card's task_info.env (FRAMEWORK, GPU_TYPE, TASK_TYPE) lines")
+    e.add_argument("card")
     v = sub.add_parser("validate", help="ask the platform whether it accepts the card's GPU_TYPE/TASK_TYPE")
     v.add_argument("card")
     t = sub.add_parser("selftest", help="the release gate: run the built image's self-test in a container")
@@ -368,6 +370,9 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
             print(json.dumps(manifest_mod.card_names(manifest)))
         elif opts.command == "image":
             print(manifest_mod.image_ref(manifest, manifest_mod.select_card(manifest, opts.card), opts.version))
+        elif opts.command == "task-info":  # a variant's file is cards/<card>/task_info@<variant>.env
+            info = read_env_file(task_info.path_for(manifest_mod.select_card(manifest, opts.card)))
+            print("".join(f"{key}={value}\n" for key, value in info.items()), end="")
         elif opts.command == "validate":
             validate(manifest, manifest_mod.select_card(manifest, opts.card))
         elif opts.command == "register":

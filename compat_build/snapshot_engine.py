@@ -6,6 +6,7 @@ package that is absent yields an empty list, never an invented one.
 """
 
 import json
+import os
 import sys
 from importlib import metadata
 from typing import Any, Dict, List, Optional
@@ -97,20 +98,31 @@ def quantization_methods() -> List[str]:
 
 
 def head_dim_none_fallback() -> Optional[bool]:
-    """Whether the engine's `ModelConfig.get_head_size` falls back to hidden/heads when the config
+    """Whether the engine's head-size computation falls back to hidden/heads when the config
     holds `head_dim = None` (0.11 does; 0.5.5 returns the None and fails later). Asked of the
-    engine's own method with a stand-in config; None when it cannot be asked."""
+    engine's own method with a stand-in config (ModelConfig.get_head_size, or from vLLM ~0.2x on
+    the arch-config convertor it delegates to); None when it cannot be asked."""
     from types import SimpleNamespace
 
-    try:
-        from vllm.config import ModelConfig
-    except Exception:
-        return None
     text = SimpleNamespace(model_type="llama", head_dim=None, hidden_size=64, num_attention_heads=4)
-    fake = SimpleNamespace(hf_text_config=text, hf_config=text, is_deepseek_mla=False, use_mla=False,
-                           is_attention_free=False)
+    stand_in = SimpleNamespace(hf_text_config=text, hf_config=text, is_deepseek_mla=False, use_mla=False,
+                               is_attention_free=False)
     try:
-        return ModelConfig.get_head_size(fake) == 16
+        import vllm.config  # noqa: F401 - the convertor module only imports after it (circular imports)
+        from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase as Convertor
+
+        method = Convertor.get_head_size
+        stand_in = SimpleNamespace(hf_text_config=text, is_deepseek_mla=lambda: False, get_hidden_size=lambda: 64,
+                                   get_total_num_attention_heads=lambda: 4)
+    except Exception:
+        try:
+            from vllm.config import ModelConfig
+
+            method = ModelConfig.get_head_size
+        except Exception:
+            return None
+    try:
+        return method(stand_in) == 16
     except Exception:
         return None
 
@@ -134,10 +146,12 @@ def null_head_dim_model_types() -> List[str]:
                 config = CONFIG_MAPPING[model_type]()
         except Exception:
             continue
-        for candidate in (config, getattr(config, "text_config", None)):
-            if candidate is not None and hasattr(candidate, "head_dim") and candidate.head_dim is None:
+        try:
+            candidates = (config, getattr(config, "text_config", None))
+            if any(c is not None and hasattr(c, "head_dim") and c.head_dim is None for c in candidates):
                 found.append(model_type)
-                break
+        except Exception:  # transformers 5: a per-layer head_dim refuses global access; not None
+            continue
     return sorted(found)
 
 
@@ -172,6 +186,27 @@ def _mapping_names(module: str) -> Dict[str, Any]:
     return tables
 
 
+def _loadable_tokenizer_classes(known: set) -> set:
+    """Class names AutoTokenizer resolves beyond its mapping table (transformers 5 drops the
+    `...Fast` entries of the table but still resolves those names through aliases): each
+    candidate is asked of transformers' own `tokenizer_class_from_name`."""
+    try:
+        import transformers
+        from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+    except Exception:
+        return set()
+    candidates = set(known) | {n[:-4] for n in known if n.endswith("Fast")} | {n + "Fast" for n in known}
+    candidates |= {n for n in dir(transformers) if n.endswith(("Tokenizer", "TokenizerFast"))}
+    found = set()
+    for name in sorted(candidates):
+        try:
+            if tokenizer_class_from_name(name) is not None:
+                found.add(name)
+        except Exception:  # a class whose backend (sentencepiece, tiktoken) is missing here
+            continue
+    return found
+
+
 def transformers_tables() -> Dict[str, Any]:
     # The tokenizer table is built by code (entries depend on sentencepiece/tokenizers being
     # installed), so it is imported; tokenization_auto needs no torch.
@@ -184,13 +219,19 @@ def transformers_tables() -> Dict[str, Any]:
         for name in names if isinstance(names, (tuple, list)) else (names,):
             if name:
                 classes.add(name)
+    classes |= _loadable_tokenizer_classes(classes)
     model_tables = _mapping_names("transformers.models.auto.modeling_auto")
     known = set()
     for table in model_tables.values():
         for v in table.values():
             known.update(v if isinstance(v, (tuple, list)) else (v,))
     causal = model_tables.get("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", {})
-    config_types = _mapping_names("transformers.models.auto.configuration_auto").get("CONFIG_MAPPING_NAMES", {})
+    try:  # the lazy mapping of every model_type this transformers reads (no torch needed)
+        from transformers import CONFIG_MAPPING
+
+        config_types = list(CONFIG_MAPPING.keys())
+    except Exception:
+        config_types = list(_mapping_names("transformers.models.auto.configuration_auto").get("CONFIG_MAPPING_NAMES", {}))
     return {
         "config_model_types": sorted(config_types),
         "tokenizer_classes": sorted(classes),
@@ -229,11 +270,16 @@ def engine_args(vllm_source: str = "") -> List[str]:
 def serve_config_file() -> Optional[bool]:
     """Whether `vllm serve --config FILE.yaml` is read (vLLM 0.11's FlexibleArgumentParser loads
     it; 0.5.5 has no such flag). None: no vLLM to ask."""
-    try:
-        from vllm.utils import FlexibleArgumentParser
-    except Exception:
+    parser = None
+    for module in ("vllm.utils.argparse_utils", "vllm.utils"):  # where newer and older vLLM keep it
+        try:
+            parser = getattr(__import__(module, fromlist=["FlexibleArgumentParser"]), "FlexibleArgumentParser")
+            break
+        except Exception:
+            continue
+    if parser is None:
         return None
-    return callable(getattr(FlexibleArgumentParser, "load_config_file", None))
+    return callable(getattr(parser, "load_config_file", None))
 
 
 def reads_transformers5_format() -> Dict[str, Optional[bool]]:
@@ -291,6 +337,9 @@ def snapshot(vllm_source: str = "") -> Dict[str, Any]:
 
 
 if __name__ == "__main__":
+    # Some config classes of transformers 5 fetch files from a hub when built with their
+    # defaults: a snapshot (at image build, or `make profiles`) never reaches for the network.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # vLLM logs to stdout on import, so the JSON goes to a file named on the command line.
     if len(sys.argv) not in (2, 3):
         sys.exit("usage: snapshot_engine.py OUT.json [VLLM_SOURCE_TREE]")

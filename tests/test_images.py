@@ -22,7 +22,8 @@ from tests.ports import free_port
 from tests.test_library_patches import ENGINE, VENVS, shadow_package
 
 ROOT = Path(__file__).resolve().parents[1]
-CARDS = ["hygon-k100", "iluvatar-bi100", "nv-a100"]
+# Every image of a release: the cards' default engines and their variants.
+CARDS = ["hygon-k100", "iluvatar-bi100", "nv-a100", "nv-a100@next"]
 WORKFLOW = ROOT / ".gitea" / "workflows" / "docker-build-push.yml"
 TEST_WORKFLOW = ROOT / ".gitea" / "workflows" / "test.yml"
 BIN = Path(sys.executable).parent
@@ -193,10 +194,13 @@ def test_a_failing_patch_step_stops_the_build(tmp_path):
 def test_task_info_files_agree_with_the_manifest(tmp_path):
     m = manifest.load()
     for card in CARDS:
-        text = (ROOT / "cards" / card / "task_info.env").read_text()
+        text = Path(task_info.path_for(card)).read_text()
         assert text == task_info.task_info(m, card)
         values = dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
-        assert values == {"FRAMEWORK": "vllm_compat", "GPU_TYPE": m.cards[card].gpu_type, "TASK_TYPE": "text-generation"}
+        framework = "vllm_compat_next" if card.endswith("@next") else "vllm_compat"
+        assert values == {"FRAMEWORK": framework, "GPU_TYPE": m.cards[card].gpu_type, "TASK_TYPE": "text-generation"}
+        result = python_module("compat_build.release", "task-info", card)  # what the workflow loads
+        assert result.returncode == 0 and result.stdout == "".join(f"{k}={v}\n" for k, v in values.items())
     assert "GPU_TYPE=Iluvatar_bi-100" in (ROOT / "cards" / "iluvatar-bi100" / "task_info.env").read_text()
     assert "GPU_TYPE=hygon_k100-ai" in (ROOT / "cards" / "hygon-k100" / "task_info.env").read_text()
 
@@ -204,8 +208,9 @@ def test_task_info_files_agree_with_the_manifest(tmp_path):
 def test_task_info_disagreement_is_caught(tmp_path):
     m = manifest.load()
     for card in CARDS:
-        (tmp_path / card).mkdir()
-        (tmp_path / card / "task_info.env").write_text(task_info.task_info(m, card))
+        path = Path(task_info.path_for(card, str(tmp_path)))
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(task_info.task_info(m, card))
     assert task_info.stale_cards(m, str(tmp_path)) == []
     edited = (tmp_path / "nv-a100" / "task_info.env")
     edited.write_text(edited.read_text().replace("GPU_TYPE=nvidia_a100", "GPU_TYPE=A100"))

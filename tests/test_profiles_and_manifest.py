@@ -26,7 +26,7 @@ def card_toml(name):
 
 def test_manifest_loads_all_three_cards_from_their_folders():
     m = manifest.load()
-    assert sorted(m.cards) == ["hygon-k100", "iluvatar-bi100", "nv-a100"]
+    assert sorted(m.cards) == ["hygon-k100", "iluvatar-bi100", "nv-a100", "nv-a100@next"]
     bi100 = m.cards["iluvatar-bi100"]
     assert bi100.vllm == "0.5.5" and bi100.base_image.endswith("py3.10-poc-llm-infer:v1.2.3")
     assert bi100.build_patches == ("L1", "L3") and bi100.ops_target == "ixformer.functions"
@@ -95,15 +95,17 @@ def test_a_card_file_that_is_not_toml_is_named(tmp_path):
 
 
 def test_every_card_has_its_files_and_a_profile_of_its_engine():
+    from compat_build import task_info
+
     for name, card in manifest.load().cards.items():
-        assert (ROOT / "cards" / name / "task_info.env").read_text().count("GPU_TYPE=") == 1
+        assert open(task_info.path_for(name), encoding="utf-8").read().count("GPU_TYPE=") == 1
         profile = load_profile(name)
         assert (profile.card, profile.vllm_version, profile.transformers_version) == (name, card.vllm, card.transformers)
         assert profile.head_size_policy == card.head_size_policy
 
 
-@pytest.mark.skipif(not all((ROOT / venv / "bin" / "python").exists() for venv in (".venv-engine", ".venv-engine055")),
-                    reason="engine venvs not built: run `make engine-env engine055-env`")
+@pytest.mark.skipif(not all((ROOT / v / "bin" / "python").exists() for v in (".venv-engine", ".venv-engine055", ".venv-engine-next")),
+                    reason="engine venvs not built: run `make engine-env engine055-env engine-next-env`")
 def test_committed_profiles_match_manifest_and_real_engine(capsys):
     assert profiles.main(["--check"]) == 0, capsys.readouterr().out
     nv = load_profile("nv-a100")
@@ -116,6 +118,11 @@ def test_committed_profiles_match_manifest_and_real_engine(capsys):
     assert "mixtral" in bi100.null_head_dim_model_types  # transformers 4.55 MixtralConfig: head_dim None
     assert nv.transformers_backend is True and nv.head_dim_none_fallback is True
     assert "T5ForConditionalGeneration" not in nv.backend_architectures and "mxfp4" not in bi100.quantization_methods
+    nxt = load_profile("nv-a100@next")  # the newest engine: transformers 5 reads its own formats
+    assert nxt.transformers_version.startswith("5.") and "Gemma4ForCausalLM" in nxt.architectures
+    assert nxt.reads_rope_parameters and nxt.reads_dtype_key and nxt.reads_extra_special_tokens_list
+    assert nxt.knows_tokenizer_class("TokenizersBackend") and nxt.head_dim_none_fallback is True
+    assert bi100.serve_config_file is False and nv.serve_config_file is True and nxt.serve_config_file is True
 
 
 def test_unknown_card_is_a_clear_error():
@@ -126,20 +133,14 @@ def test_unknown_card_is_a_clear_error():
 
 
 def test_a_card_variant_is_the_card_with_its_own_engine(tmp_path):
-    """[variants.next] in card.toml: its own base image, engine and framework; everything else
-    (attention, build, GPU type) as the card's default engine."""
+    """nv-a100's [variants.next]: its own base image, engine, build patches and framework;
+    everything else (attention, GPU type) as the card's default engine."""
     from compat_build import task_info
 
     cards = tmp_path / "cards"
     shutil.copytree(ROOT / "cards", cards)
     card = cards / "nv-a100" / "card.toml"
-    card.write_text(card.read_text() + '''
-[variants.next]
-image = { base = "harbor.4pd.io/dooke/vllm/vllm/vllm-openai:v0.32.0" }
-engine = { vllm = "0.32.0", transformers = "5.19.0", snapshot_env = ".venv-engine-next" }
-build = { patches = [] }
-platform = { framework = "vllm_compat_next" }
-''')
+    assert "[variants.next]" in card.read_text()
     m = manifest.parse(raw(), str(cards))
     nxt, default = m.cards["nv-a100@next"], m.cards["nv-a100"]
     assert (nxt.card, nxt.variant, nxt.vllm, nxt.build_patches) == ("nv-a100", "next", "0.32.0", ())

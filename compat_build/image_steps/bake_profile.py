@@ -59,6 +59,7 @@ def main(argv: list) -> int:
         return 2
     with open(argv[0], encoding="utf-8") as fh:
         card = json.load(fh)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # an image build never reaches for a model hub
     snap = snapshot()
     if not snap["transformers_version"]:
         print(f"bake_profile: {sys.executable} has no transformers; the image cannot serve models", file=sys.stderr)
