@@ -273,7 +273,7 @@ def serve_config_file() -> Optional[bool]:
     parser = None
     for module in ("vllm.utils.argparse_utils", "vllm.utils"):  # where newer and older vLLM keep it
         try:
-            parser = getattr(__import__(module, fromlist=["FlexibleArgumentParser"]), "FlexibleArgumentParser")
+            parser = __import__(module, fromlist=["FlexibleArgumentParser"]).FlexibleArgumentParser
             break
         except Exception:
             continue
