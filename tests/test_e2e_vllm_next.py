@@ -53,13 +53,6 @@ def server(tmp_path):
         s.stop()
 
 
-def serve_vanilla(server, model: Path, *extra: str) -> Server:
-    port = free_port()
-    srv = server(ENGINE_NEXT.serve_argv_vanilla(model, port) + list(extra), ENGINE_NEXT.env(), "next")
-    assert srv.wait_ready(), srv.log()[-3000:]
-    return srv
-
-
 def chat(srv: Server, model: Path):
     return srv.post(
         "/v1/chat/completions",
@@ -106,9 +99,22 @@ def test_vanilla_0110_refuses_the_new_architecture(gemma4, server):
     assert triage_file(str(srv.log_path)).code == "CONFIG"  # "needs a newer engine"
 
 
-def test_newest_engine_serves_it_with_transformers5_greedy_ids(gemma4, server):
+def serve_through_launcher(server, model: Path, work: Path, *extra: str):
+    """The nv-a100@next image's launcher (COMPAT_CARD=nv-a100@next) on `model`; (server, report)."""
+    port = free_port()
+    env = ENGINE_NEXT.env({"MODEL_DIR": str(model), "COMPAT_CARD": "nv-a100@next", "COMPAT_WORK_DIR": str(work)})
+    srv = server(ENGINE_NEXT.launcher_argv(port) + list(extra), env, "launcher-next")
+    assert srv.wait_ready(), srv.log()[-3000:]
+    [report] = work.glob("run-*/report.json")
+    return srv, json.loads(report.read_text())
+
+
+def test_newest_engine_serves_it_with_transformers5_greedy_ids(gemma4, server, tmp_path):
+    """Through the nv-a100@next launcher: nothing to repair, and the engine's own Gemma4 class
+    gives transformers 5's greedy tokens."""
     author = author_record(gemma4)
-    srv = serve_vanilla(server, gemma4, *GREEDY)
+    srv, report = serve_through_launcher(server, gemma4, tmp_path / "work", *GREEDY)
+    assert report["card"] == "nv-a100@next" and report["repairs"] == [] and report["args"] == [] and report["env"] == {}
     assert "Resolved architecture: Gemma4ForCausalLM" in srv.log()  # vLLM's own class, not a fallback
     status, body = chat(srv, gemma4)
     assert status == 200, body
@@ -119,9 +125,11 @@ def test_newest_engine_serves_it_with_transformers5_greedy_ids(gemma4, server):
 
 
 @pytest.mark.parametrize("variant", ["v5-generic", "v5-qwen2"])
-def test_transformers5_models_serve_untouched(served_models, server, variant):
+def test_transformers5_models_serve_untouched(served_models, server, variant, tmp_path):
+    """The profile decides: on a transformers-5 engine R3, R3b and R5 find nothing to repair."""
     model = served_models(variant)
-    srv = serve_vanilla(server, model)
+    srv, report = serve_through_launcher(server, model, tmp_path / "work")
+    assert report["repairs"] == [] and report["args"] == [] and report["env"] == {}, report
     status, body = chat(srv, model)
     assert status == 200, body
     assert body["choices"][0]["message"]["role"] == "assistant"
@@ -129,3 +137,20 @@ def test_transformers5_models_serve_untouched(served_models, server, variant):
     # What it served is the transformers-5 form the 0.11.0 engine needs R3/R3b/R5 for.
     assert isinstance(json.loads((model / "tokenizer_config.json").read_text())["extra_special_tokens"], list)
     assert "rope_parameters" in json.loads((model / "config.json").read_text())
+
+
+@pytest.mark.skipif(not ENGINE_0110.available(), reason=ENGINE_0110.missing_reason)
+def test_doctor_recommends_the_variant_that_starts_a_new_architecture(gemma4, tmp_path):
+    """doctor --card nv-a100 verifies each engine variant with its own engine's Python: the
+    Gemma 4 model fails on 0.11 (its transformers lacks the model type) and starts on @next."""
+    import subprocess
+
+    env = dict(ENGINE_0110.env(), COMPAT_ENGINE_PYTHON=str(ENGINE_0110.python),
+               COMPAT_ENGINE_PYTHON_NEXT=str(ENGINE_NEXT.python), COMPAT_WORK_DIR=str(tmp_path / "work"))
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([str(ENGINE_0110.python), "-m", "common", "doctor", str(gemma4), "--card", "nv-a100",
+                             "--json"], cwd=str(root), env=env, capture_output=True, text=True, timeout=600)
+    data = json.loads(result.stdout)
+    assert result.returncode == 0 and data["recommended"] == "nv-a100@next", result.stderr[-2000:]
+    assert data["variants"]["nv-a100"]["verdict"] == "fails" and "CONFIG" in data["variants"]["nv-a100"]["failing"]
+    assert data["variants"]["nv-a100@next"]["verdict"] == "starts" and data["repairs"] == []
