@@ -31,7 +31,7 @@ def _split(argv: List[str]) -> Tuple[List[str], List[str]]:
     """Our options before the first `--`, the vLLM arguments after it."""
     if "--" in argv:
         i = argv.index("--")
-        return argv[:i], argv[i + 1:]
+        return argv[:i], argv[i + 1 :]
     return argv, []
 
 
@@ -39,8 +39,9 @@ def _preflight_args(pre) -> None:
     pre.add_argument("model_dir")
     pre.add_argument("--card", default=None, help="card profile (default: COMPAT_CARD or the image's card)")
     pre.add_argument("--json", action="store_true", help="print the plan as one JSON object")
-    pre.add_argument("--dry-run", action="store_true",
-                     help="leave nothing behind: the work dir the plan wrote is removed (preflight never execs)")
+    pre.add_argument(
+        "--dry-run", action="store_true", help="leave nothing behind: the work dir the plan wrote is removed (preflight never execs)"
+    )
     pre.add_argument("--keep-work-dir", action="store_true", help="with --dry-run: keep the work dir, for debugging")
     pre.add_argument("--no-verify", action="store_true", help="skip verification (repairs that need it are then dropped)")
 

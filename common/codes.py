@@ -38,77 +38,145 @@ class Code:
 # Build-time patches and checks: the image build applies them to the image's own libraries.
 # Their transforms live in compat_build/patches/ (shared) or cards/<card>/patches/ (one card's).
 BUILD = (
-    Code("L1", BUILD_PATCH, "transformers 4.x cannot read a list of extra_special_tokens",
-         "transformers 5 saves `extra_special_tokens` as a list; transformers 4.x calls `.keys()` on it in "
-         "`_set_model_specific_special_tokens` and every such tokenizer fails to load. In 4.x the dict form "
-         "names attributes (`image_token` -> `tok.image_token_id`); a v5 list means \"these are special "
-         "tokens\", which 4.x calls `additional_special_tokens`: the patch adds them there, so every id stays the "
-         "one the author saved. The runtime R3 overlay repairs the same case per model; L1 covers transformers "
-         "loads the overlay cannot reach (remote code, pipelines).",
-         "use the compat image (L1 patches transformers at build time; R3 repairs the model's tokenizer config)",
-         (r"_set_model_specific_special_tokens",)),
-    Code("L2", BUILD_CHECK, "vLLM's Triton attention head-size check",
-         "Decided from vLLM 0.11.0's real `vllm/v1/attention/backends/triton_attn.py`: `validate_head_size` "
-         "rejects only sizes below 32 (the kernel's real limit), and with no backend forced vLLM falls back to "
-         "FLEX_ATTENTION for sizes FlashAttention lacks. No card on vLLM 0.11.0 needs a patch: L2 is a check "
-         "that fails the image build if the image's vLLM brings back a fixed head-size list the preflight "
-         "cannot see (then H1's policy for that card must be revisited).",
-         "rebuild the image; if the L2 check fails, decide H1's head-size policy again for that vLLM"),
-    Code("L3", BUILD_PATCH, "an ixformer op the BI-100 vLLM calls is missing",
-         "Some ixformer builds on the BI-100 base image lack ops that the vendor's vLLM calls "
-         "(`gelu_tanh_and_mul`). The image build copies pure-PyTorch implementations of them (the card's "
-         "patches/ folder) into the vendor package and exports them from its `__init__`.",
-         "use the compat image (L3 installs the missing ixformer ops at build time)",
-         (r"module 'ixformer\.functions' has no attribute '\w+'", r"cannot import name '\w+' from 'ixformer\.functions'")),
+    Code(
+        "L1",
+        BUILD_PATCH,
+        "transformers 4.x cannot read a list of extra_special_tokens",
+        "transformers 5 saves `extra_special_tokens` as a list; transformers 4.x calls `.keys()` on it in "
+        "`_set_model_specific_special_tokens` and every such tokenizer fails to load. In 4.x the dict form "
+        'names attributes (`image_token` -> `tok.image_token_id`); a v5 list means "these are special '
+        'tokens", which 4.x calls `additional_special_tokens`: the patch adds them there, so every id stays the '
+        "one the author saved. The runtime R3 overlay repairs the same case per model; L1 covers transformers "
+        "loads the overlay cannot reach (remote code, pipelines).",
+        "use the compat image (L1 patches transformers at build time; R3 repairs the model's tokenizer config)",
+        (r"_set_model_specific_special_tokens",),
+    ),
+    Code(
+        "L2",
+        BUILD_CHECK,
+        "vLLM's Triton attention head-size check",
+        "Decided from vLLM 0.11.0's real `vllm/v1/attention/backends/triton_attn.py`: `validate_head_size` "
+        "rejects only sizes below 32 (the kernel's real limit), and with no backend forced vLLM falls back to "
+        "FLEX_ATTENTION for sizes FlashAttention lacks. No card on vLLM 0.11.0 needs a patch: L2 is a check "
+        "that fails the image build if the image's vLLM brings back a fixed head-size list the preflight "
+        "cannot see (then H1's policy for that card must be revisited).",
+        "rebuild the image; if the L2 check fails, decide H1's head-size policy again for that vLLM",
+    ),
+    Code(
+        "L3",
+        BUILD_PATCH,
+        "an ixformer op the BI-100 vLLM calls is missing",
+        "Some ixformer builds on the BI-100 base image lack ops that the vendor's vLLM calls "
+        "(`gelu_tanh_and_mul`). The image build copies pure-PyTorch implementations of them (the card's "
+        "patches/ folder) into the vendor package and exports them from its `__init__`.",
+        "use the compat image (L3 installs the missing ixformer ops at build time)",
+        (r"module 'ixformer\.functions' has no attribute '\w+'", r"cannot import name '\w+' from 'ixformer\.functions'"),
+    ),
 )
 
 # Failures no repair of this project fixes; each says what to do instead.
 TRIAGE = (
-    Code("OOM", TRIAGE_ONLY, "out of memory",
-         "The engine ran out of accelerator or host memory: the model, its KV cache or the batch does not fit "
-         "the card as configured. No metadata repair changes that.",
-         "lower --max-model-len / --max-num-seqs, raise --gpu-memory-utilization, or use more cards (tensor parallel)",
-         (r"out of memory", r"OutOfMemoryError", r"larger than the available KV cache memory",
-          r"No available memory for the cache blocks", r"Cannot allocate memory", r"can't allocate memory", r"OOMKilled")),
-    Code("DEVICE", TRIAGE_ONLY, "accelerator or driver error",
-         "The accelerator, its driver or its runtime failed or was not visible to the container; the model "
-         "is not the cause.",
-         "check the card and its driver (device visibility, driver/runtime versions); the model is not the cause",
-         (r"CUDA error", r"No CUDA GPUs are available", r"NCCL error", r"HIP error", r"hipError\w+", r"device-side assert",
-          r"cudaError\w+", r"Failed to infer device type", r"Found no NVIDIA driver", r"Torch not compiled with CUDA enabled")),
-    Code("GGUF", TRIAGE_ONLY, "a GGUF checkpoint",
-         "The submission is a GGUF file (llama.cpp's format); the card images serve safetensors checkpoints.",
-         "serve it with a GGUF engine (llama.cpp) or submit safetensors weights",
-         (r"GGUF (?:file|model|checkpoint)", r"\S+\.gguf\b")),
-    Code("NETWORK", TRIAGE_ONLY, "the engine tried to reach the network",
-         "Something the model names (a tokenizer repo, remote code, a base model) is not in the model directory, "
-         "so the engine tried to download it; the platform runs offline.",
-         "the platform runs offline: the model directory must hold every file (config, tokenizer, weights)",
-         (r"Max retries exceeded with url", r"Temporary failure in name resolution", r"couldn't connect to 'https?://",
-          r"Connection refused")),
+    Code(
+        "OOM",
+        TRIAGE_ONLY,
+        "out of memory",
+        "The engine ran out of accelerator or host memory: the model, its KV cache or the batch does not fit "
+        "the card as configured. No metadata repair changes that.",
+        "lower --max-model-len / --max-num-seqs, raise --gpu-memory-utilization, or use more cards (tensor parallel)",
+        (
+            r"out of memory",
+            r"OutOfMemoryError",
+            r"larger than the available KV cache memory",
+            r"No available memory for the cache blocks",
+            r"Cannot allocate memory",
+            r"can't allocate memory",
+            r"OOMKilled",
+        ),
+    ),
+    Code(
+        "DEVICE",
+        TRIAGE_ONLY,
+        "accelerator or driver error",
+        "The accelerator, its driver or its runtime failed or was not visible to the container; the model is not the cause.",
+        "check the card and its driver (device visibility, driver/runtime versions); the model is not the cause",
+        (
+            r"CUDA error",
+            r"No CUDA GPUs are available",
+            r"NCCL error",
+            r"HIP error",
+            r"hipError\w+",
+            r"device-side assert",
+            r"cudaError\w+",
+            r"Failed to infer device type",
+            r"Found no NVIDIA driver",
+            r"Torch not compiled with CUDA enabled",
+        ),
+    ),
+    Code(
+        "GGUF",
+        TRIAGE_ONLY,
+        "a GGUF checkpoint",
+        "The submission is a GGUF file (llama.cpp's format); the card images serve safetensors checkpoints.",
+        "serve it with a GGUF engine (llama.cpp) or submit safetensors weights",
+        (r"GGUF (?:file|model|checkpoint)", r"\S+\.gguf\b"),
+    ),
+    Code(
+        "NETWORK",
+        TRIAGE_ONLY,
+        "the engine tried to reach the network",
+        "Something the model names (a tokenizer repo, remote code, a base model) is not in the model directory, "
+        "so the engine tried to download it; the platform runs offline.",
+        "the platform runs offline: the model directory must hold every file (config, tokenizer, weights)",
+        (
+            r"Max retries exceeded with url",
+            r"Temporary failure in name resolution",
+            r"couldn't connect to 'https?://",
+            r"Connection refused",
+        ),
+    ),
 )
 
 # Codes of findings about the input rather than a mismatch with the engine.
 FINDINGS = (
-    Code("MODEL", FINDING, "the model directory cannot be used",
-         "The model directory is missing, not a directory, empty, or cannot be listed. No repair is planned; "
-         "vLLM still starts with the platform's arguments and reports the problem itself.",
-         "mount the complete model directory at MODEL_DIR (default /model)"),
-    Code("INPUT", FINDING, "a metadata file is unusable",
-         "A metadata file is malformed JSON, a Git-LFS pointer, a symlink out of the model, unreadable, or too "
-         "large to be metadata. The preflight ignores it and plans with what it could read.",
-         "fix or re-upload the named file (`git lfs pull` for pointer files)"),
-    Code("PROFILE", FINDING, "no usable engine profile for the card",
-         "The card name is unknown or its engine profile is unreadable, so nothing can be decided against the "
-         "engine; vLLM starts untouched.",
-         "pass a known card (--card or COMPAT_CARD) or rebuild the image"),
-    Code("ARGS", FINDING, "a repair could not be merged into the given arguments",
-         "The platform's arguments hold a flag a repair needs in a form it cannot merge with (an "
-         "`--hf-overrides` that is not a JSON object, or one without a value). The user's arguments win.",
-         "give --hf-overrides as a JSON object"),
-    Code("INTERNAL", FINDING, "the preflight itself failed",
-         "A bug in the preflight. By design it never blocks the start: vLLM starts with the repairs completed so far.",
-         "report it with the report.json of the run"),
+    Code(
+        "MODEL",
+        FINDING,
+        "the model directory cannot be used",
+        "The model directory is missing, not a directory, empty, or cannot be listed. No repair is planned; "
+        "vLLM still starts with the platform's arguments and reports the problem itself.",
+        "mount the complete model directory at MODEL_DIR (default /model)",
+    ),
+    Code(
+        "INPUT",
+        FINDING,
+        "a metadata file is unusable",
+        "A metadata file is malformed JSON, a Git-LFS pointer, a symlink out of the model, unreadable, or too "
+        "large to be metadata. The preflight ignores it and plans with what it could read.",
+        "fix or re-upload the named file (`git lfs pull` for pointer files)",
+    ),
+    Code(
+        "PROFILE",
+        FINDING,
+        "no usable engine profile for the card",
+        "The card name is unknown or its engine profile is unreadable, so nothing can be decided against the "
+        "engine; vLLM starts untouched.",
+        "pass a known card (--card or COMPAT_CARD) or rebuild the image",
+    ),
+    Code(
+        "ARGS",
+        FINDING,
+        "a repair could not be merged into the given arguments",
+        "The platform's arguments hold a flag a repair needs in a form it cannot merge with (an "
+        "`--hf-overrides` that is not a JSON object, or one without a value). The user's arguments win.",
+        "give --hf-overrides as a JSON object",
+    ),
+    Code(
+        "INTERNAL",
+        FINDING,
+        "the preflight itself failed",
+        "A bug in the preflight. By design it never blocks the start: vLLM starts with the repairs completed so far.",
+        "report it with the report.json of the run",
+    ),
 )
 
 

@@ -28,8 +28,7 @@ if TYPE_CHECKING:
 STATE = {True: "repaired", False: "NOT repaired (verification failed)", None: "NOT repaired (could not verify)"}
 
 
-def examine(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[str, str],
-            keep_work_dir: bool = False) -> Dict[str, Any]:
+def examine(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[str, str], keep_work_dir: bool = False) -> Dict[str, Any]:
     """The preflight contract plus `verdict` ("starts" / "fails" / "unverified") and the codes
     that decide it."""
     plan = Plan(card=card, model_dir=os.path.abspath(model_dir))
@@ -42,8 +41,10 @@ def examine(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[st
             remove_work_dir(plan)
     data = plan.to_json()
     failing = sorted({f["code"] for f in data["findings"] if f["severity"] == "error"})
-    unverified = sorted({r["code"] for r in data["repairs"] if r["verified"] is None} |
-                        {f["code"] for f in data["findings"] if f["severity"] == "unverified"})
+    unverified = sorted(
+        {r["code"] for r in data["repairs"] if r["verified"] is None}
+        | {f["code"] for f in data["findings"] if f["severity"] == "unverified"}
+    )
     data["verdict"] = "fails" if failing else "unverified" if unverified else "starts"
     data["failing"] = failing
     data["unverified"] = unverified
@@ -63,25 +64,24 @@ def table(data: Dict[str, Any]) -> str:
     for r in data["repairs"]:
         rows.append([r["code"], r["title"], r["detail"], STATE[r["verified"]]])
     for f in data["findings"]:
-        state = {"error": "FAILS", "warning": "warning", "info": "note", "unverified": "unverified"}.get(
-            f["severity"], f["severity"])
+        state = {"error": "FAILS", "warning": "warning", "info": "note", "unverified": "unverified"}.get(f["severity"], f["severity"])
         rows.append([f["code"], f["message"], "-", state])
     if not rows:
         rows.append(["-", "nothing on this card's stack would fail", "-", "clean"])
     header = ["code", "on this card's stack", "what the image does", "result"]
-    lines = [f"doctor: {data['model_dir']} on {data['card']}", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = [f"doctor: {data['model_dir']} on {data['card']}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     lines.append("")
     if data["verdict"] == "starts":
         extra = " ".join(data["args"])
         lines.append(f"verdict: the {data['card']} image will start this model" + (f" (adding: {extra})" if extra else ""))
     elif data["verdict"] == "unverified":
-        lines.append(f"verdict: unknown: {', '.join(data['unverified'])} could not be verified here; set "
-                     "COMPAT_ENGINE_PYTHON to a Python with the card's engine (inside the image it is its own)")
+        lines.append(
+            f"verdict: unknown: {', '.join(data['unverified'])} could not be verified here; set "
+            "COMPAT_ENGINE_PYTHON to a Python with the card's engine (inside the image it is its own)"
+        )
     else:
-        lines.append(f"verdict: this model will fail on {data['card']} even with the image's repairs "
-                     f"({', '.join(data['failing'])})")
+        lines.append(f"verdict: this model will fail on {data['card']} even with the image's repairs ({', '.join(data['failing'])})")
         lines += _fixes(data["failing"])
     return "\n".join(lines) + "\n"
 
@@ -127,8 +127,7 @@ def summary(results: Dict[str, Dict[str, Any]], recommended: Optional[str]) -> s
     return "\n".join(lines) + "\n"
 
 
-def run(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[str, str], as_json: bool,
-        keep_work_dir: bool = False) -> int:
+def run(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[str, str], as_json: bool, keep_work_dir: bool = False) -> int:
     """Every engine variant of `card` (only the one named, for `card@variant`); the answer is the
     recommended variant's, or the card's default one when none starts."""
     from .profile import load_profile, variants_of
@@ -141,8 +140,7 @@ def run(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[str, s
     recommended = recommend(results)
     data = dict(results[recommended or names[0]])
     if len(names) > 1:
-        data["variants"] = {n: {k: d[k] for k in ("verdict", "failing", "unverified", "args", "vllm_version")}
-                            for n, d in results.items()}
+        data["variants"] = {n: {k: d[k] for k in ("verdict", "failing", "unverified", "args", "vllm_version")} for n, d in results.items()}
         data["recommended"] = recommended
     if as_json:
         print(json.dumps(data, indent=2, ensure_ascii=False))

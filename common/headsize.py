@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 
-
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict, Optional, Tuple

@@ -62,8 +62,7 @@ class Carried:
 
     def request(self, trust_remote_code: bool) -> Dict[str, Any]:
         """The engine-side check: AutoConfig reads the rewritten config with the repaired values."""
-        return {"kind": "config", "path": self.config_dir, "trust_remote_code": trust_remote_code,
-                "attributes": sorted(self.edits)}
+        return {"kind": "config", "path": self.config_dir, "trust_remote_code": trust_remote_code, "attributes": sorted(self.edits)}
 
 
 def carry(plan: Plan, model: ModelDir, profile: Profile, user: UserArgs) -> Optional[Carried]:
@@ -103,8 +102,9 @@ def carry(plan: Plan, model: ModelDir, profile: Profile, user: UserArgs) -> Opti
     return Carried(route, target, repairs, edits)
 
 
-def apply_verdict(plan: Plan, carried: Carried, ok: Optional[bool], reason: str, answer: Dict[str, Any],
-                  user: UserArgs, model_arg: str) -> None:
+def apply_verdict(
+    plan: Plan, carried: Carried, ok: Optional[bool], reason: str, answer: Dict[str, Any], user: UserArgs, model_arg: str
+) -> None:
     """Keep the carried repairs when the engine's transformers reads the rewritten config with
     the repaired values; serve the view when that is the route."""
     if ok:
@@ -123,9 +123,12 @@ def apply_verdict(plan: Plan, carried: Carried, ok: Optional[bool], reason: str,
     say(f"{codes} verified: {reason}")
     if carried.route == ROUTE_VIEW:
         plan.model_path = carried.config_dir or plan.model_path
-        plan.view = {"path": plan.model_path, "rewritten": [CONFIG], "codes": [r.code for r in carried.repairs],
-                     "why": "this engine has no flag that carries the repaired config.json values "
-                            f"({', '.join(sorted(carried.edits))})"}
+        plan.view = {
+            "path": plan.model_path,
+            "rewritten": [CONFIG],
+            "codes": [r.code for r in carried.repairs],
+            "why": f"this engine has no flag that carries the repaired config.json values ({', '.join(sorted(carried.edits))})",
+        }
         if not user.has("--served-model-name"):
             carried.repairs[0].args = ["--served-model-name", model_arg] + carried.repairs[0].args
         say(f"serving the model view {plan.model_path} as {model_arg!r}")
@@ -160,4 +163,3 @@ def _drop(plan: Plan, repairs: List[Repair], reason: str) -> None:
         repair.verified, repair.verification = False, reason
     plan.add_finding(repairs[0].code, "error", f"{codes} dropped: {reason}")
     say(f"{codes} dropped: {reason}")
-

@@ -43,8 +43,9 @@ def patch_json(base: Dict[str, Any], edits: List[Dict[str, Any]]) -> Dict[str, A
     return out
 
 
-def build_overlay(model: ModelDir, dest: str, edits: Dict[str, List[Dict[str, Any]]],
-                  keep: Optional[Callable[[str], bool]] = None) -> List[str]:
+def build_overlay(
+    model: ModelDir, dest: str, edits: Dict[str, List[Dict[str, Any]]], keep: Optional[Callable[[str], bool]] = None
+) -> List[str]:
     """Create `dest` with the model's names linked (those `keep` accepts, when given) and
     `edits` applied; returns the rewritten names. Raises OSError when it cannot be written or
     the model has more than MAX_LINKS entries to link."""

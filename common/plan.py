@@ -35,9 +35,16 @@ class Repair:
     in the work-dir copy of that file; repairs that share an overlay are verified together.
     `verified` is True, False (failed: dropped) or None (could not be checked: dropped)."""
 
-    def __init__(self, code: str, title: str, detail: str, args: Optional[List[str]] = None,
-                 env: Optional[Dict[str, str]] = None, overlay: Optional[Dict[str, Dict[str, Any]]] = None,
-                 hf_overrides: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        code: str,
+        title: str,
+        detail: str,
+        args: Optional[List[str]] = None,
+        env: Optional[Dict[str, str]] = None,
+        overlay: Optional[Dict[str, Dict[str, Any]]] = None,
+        hf_overrides: Optional[Dict[str, Any]] = None,
+    ) -> None:
         self.code, self.title, self.detail = code, title, detail
         self.args: List[str] = list(args or [])
         self.env: Dict[str, str] = dict(env or {})

@@ -26,9 +26,16 @@ if TYPE_CHECKING:
 TOKENIZER_OVERLAY = "tokenizer"
 
 
-def build_plan(model_dir: str, card: str, user_args: Sequence[str], env: Mapping[str, str],
-               verify: bool = True, plan: Optional[Plan] = None, patch_engine: bool = False,
-               ask_engine_config: bool = False) -> Plan:
+def build_plan(
+    model_dir: str,
+    card: str,
+    user_args: Sequence[str],
+    env: Mapping[str, str],
+    verify: bool = True,
+    plan: Optional[Plan] = None,
+    patch_engine: bool = False,
+    ask_engine_config: bool = False,
+) -> Plan:
     """Fill `plan` (a fresh one if None) step by step, so a caller interrupted midway (timeout)
     still holds what was decided so far. Raises nothing for bad input: that becomes findings.
     `patch_engine`: apply engine source patches (launch only); otherwise they are checked against
@@ -127,16 +134,22 @@ def _apply_tokenizer_verdict(plan: Plan, overlay_repairs: List[Repair], ok: Opti
         say(message)
 
 
-def _materialize(plan: Plan, model: ModelDir, profile, user: UserArgs, env: Mapping[str, str], verify: bool,
-                 model_arg: str, ask_engine_config: bool) -> None:
+def _materialize(
+    plan: Plan, model: ModelDir, profile, user: UserArgs, env: Mapping[str, str], verify: bool, model_arg: str, ask_engine_config: bool
+) -> None:
     """Write what the repairs need beyond arguments (the tokenizer overlay, a rewritten config.json
     or a model view) and verify all of it, engine patches included, in one engine-Python process."""
     tokenizer = _build_tokenizer_overlay(plan, model)
     carried = carry(plan, model, profile, user)
     patches = [r for r in plan.repairs if r.engine_patch is not None and r.verified is None]
     for repair in plan.repairs:
-        if repair.verified is None and not repair.verification and not repair.overlay and repair not in patches and not (
-                carried is not None and repair in carried.repairs and carried.config_dir):
+        if (
+            repair.verified is None
+            and not repair.verification
+            and not repair.overlay
+            and repair not in patches
+            and not (carried is not None and repair in carried.repairs and carried.config_dir)
+        ):
             repair.verified = True  # nothing beyond its own arguments to check
     trust = user.has("--trust-remote-code")
     requests = [{"kind": "module", "name": r.engine_patch[0]} for r in patches]
@@ -279,7 +292,7 @@ def _assemble(plan: Plan, user: UserArgs, env: Mapping[str, str]) -> None:
 
 def _contains(haystack: List[str], needle: List[str]) -> bool:
     n = len(needle)
-    return any(haystack[i:i + n] == needle for i in range(len(haystack) - n + 1))
+    return any(haystack[i : i + n] == needle for i in range(len(haystack) - n + 1))
 
 
 def _write_report(plan: Plan) -> None:

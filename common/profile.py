@@ -32,8 +32,7 @@ class Profile:
         self.head_sizes: Tuple[int, ...] = tuple(int(x) for x in data["attention"]["head_sizes"])
         self.head_size_policy = str(data["attention"]["head_size_policy"])
         # None: the profile was made without the card's vLLM at hand (known only inside its image).
-        self.architectures: Optional[FrozenSet[str]] = (
-            None if engine["architectures"] is None else frozenset(engine["architectures"]))
+        self.architectures: Optional[FrozenSet[str]] = None if engine["architectures"] is None else frozenset(engine["architectures"])
         self.tokenizer_classes: FrozenSet[str] = frozenset(engine["tokenizer_classes"])
         self.tokenizer_model_types: FrozenSet[str] = frozenset(engine["tokenizer_model_types"])
         self.model_type_architectures: Dict[str, str] = dict(engine["model_type_architectures"])
@@ -62,8 +61,7 @@ class Profile:
     def knows_tokenizer_class(self, name: str) -> bool:
         """AutoTokenizer resolves `X` and `XFast` alike, so either spelling counts."""
         base = name[:-4] if name.endswith("Fast") else name
-        return name in self.tokenizer_classes or base in self.tokenizer_classes or (
-            base + "Fast") in self.tokenizer_classes
+        return name in self.tokenizer_classes or base in self.tokenizer_classes or (base + "Fast") in self.tokenizer_classes
 
     def accepts(self, field: str) -> Optional[bool]:
         """Whether this engine's `vllm serve` has the flag of EngineArgs field `field` (None: unknown)."""

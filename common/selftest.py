@@ -97,8 +97,9 @@ def check_import(checks: Checks) -> None:
     """The entrypoint's guard, as the container runs it but without any PYTHONPATH and from /."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     try:
-        proc = subprocess.run([sys.executable, BOOTSTRAP, "check"], env=env, cwd="/", stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, BOOTSTRAP, "check"], env=env, cwd="/", stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         checks.add("import", False, f"{BOOTSTRAP} check could not run: {exc}")
         return
@@ -132,8 +133,7 @@ def check_profile(checks: Checks, expected: Optional[str]) -> Optional[Any]:
         return None
     checks.card = card
     archs = "unknown" if profile.architectures is None else str(len(profile.architectures))
-    checks.add("profile", True, f"{card}: vLLM {profile.vllm_version}, transformers {profile.transformers_version}, "
-                                f"{archs} architectures")
+    checks.add("profile", True, f"{card}: vLLM {profile.vllm_version}, transformers {profile.transformers_version}, {archs} architectures")
     return profile
 
 
@@ -141,8 +141,7 @@ def _recorder(path: str, record: str) -> None:
     """An executable `vllm` that writes the argv and the environment it was exec'd with (read
     from /proc, as exec gave it, not Python's locale-coerced copy) to `record`."""
     python = sys.executable
-    shebang = f"#!{python} -I" if python and len(python) < 100 and not any(c.isspace() for c in python) else (
-        "#!/usr/bin/env python3")
+    shebang = f"#!{python} -I" if python and len(python) < 100 and not any(c.isspace() for c in python) else ("#!/usr/bin/env python3")
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(f"""{shebang}
 import json, os, sys
@@ -187,8 +186,15 @@ def run_entrypoint(model: str, scratch: str, name: str) -> Tuple[Dict[str, str],
     env.setdefault("COMPAT_HOME", HOME)  # the entrypoint's own default inside the image
     env.update(MODEL_DIR=model, COMPAT_VLLM=recorder, COMPAT_WORK_DIR=work)
     try:
-        proc = subprocess.run([ENTRYPOINT, *PLATFORM_ARGS], env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, errors="backslashreplace", timeout=RUN_TIMEOUT_S)
+        proc = subprocess.run(
+            [ENTRYPOINT, *PLATFORM_ARGS],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="backslashreplace",
+            timeout=RUN_TIMEOUT_S,
+        )
         log = f"exit {proc.returncode}: {_tail(proc.stderr)}"
     except subprocess.TimeoutExpired:
         log = f"still running after {RUN_TIMEOUT_S}s"
@@ -235,12 +241,15 @@ def check_transformers5_model(checks: Checks, profile: Optional[Any], scratch: s
         return
     argv, report = called["argv"], _report(work)
     if report is None:
-        checks.add(name, False, f"vLLM was exec'd without the launcher's report.json in {work} (the preflight did "
-                                f"not run: {log})")
+        checks.add(name, False, f"vLLM was exec'd without the launcher's report.json in {work} (the preflight did not run: {log})")
         return
     verified = [r["code"] for r in report.get("repairs", []) if r.get("verified")]
-    checks.models[name] = {"repairs": verified, "findings": [f["code"] for f in report.get("findings", [])],
-                           "args": list(report.get("args", [])), "env": dict(report.get("env", {}))}
+    checks.models[name] = {
+        "repairs": verified,
+        "findings": [f["code"] for f in report.get("findings", [])],
+        "args": list(report.get("args", [])),
+        "env": dict(report.get("env", {})),
+    }
     expected = [argv[0], "serve", report.get("model_path"), *report.get("args", []), *report.get("user_args", [])]
     if argv != expected or report.get("user_args") != PLATFORM_ARGS:
         checks.add(name, False, f"exec'd {argv[1:]}, the launcher's plan was {expected[1:]}")
@@ -256,12 +265,21 @@ def check_transformers5_model(checks: Checks, profile: Optional[Any], scratch: s
     needs_overlay = not major.isdigit() or int(major) < 5  # unknown: the engine is taken to be older
     if needs_overlay and not (set(verified) & set(TOKENIZER_REPAIRS) and "--tokenizer" in argv):
         version = profile.transformers_version if profile else "unknown"
-        checks.add(name, False, f"no verified tokenizer overlay (R3/R3b) for a transformers-5 tokenizer on an engine "
-                                f"with transformers {version}; repairs {', '.join(verified) or 'none'}; {log}")
+        checks.add(
+            name,
+            False,
+            f"no verified tokenizer overlay (R3/R3b) for a transformers-5 tokenizer on an engine "
+            f"with transformers {version}; repairs {', '.join(verified) or 'none'}; {log}",
+        )
         return
     findings = checks.models[name]["findings"]
-    checks.add(name, True, f"repairs {', '.join(verified) or 'none'}" + (
-        f" (findings {', '.join(findings)})" if findings else "") + f": vllm {' '.join(argv[1:])}")
+    checks.add(
+        name,
+        True,
+        f"repairs {', '.join(verified) or 'none'}"
+        + (f" (findings {', '.join(findings)})" if findings else "")
+        + f": vllm {' '.join(argv[1:])}",
+    )
 
 
 def check_clean_model(checks: Checks, scratch: str) -> None:
@@ -273,9 +291,12 @@ def check_clean_model(checks: Checks, scratch: str) -> None:
         return
     argv = called["argv"]
     report = _report(work) or {}
-    checks.models[name] = {"repairs": [r["code"] for r in report.get("repairs", []) if r.get("verified")],
-                           "findings": [f["code"] for f in report.get("findings", [])],
-                           "args": argv[3:len(argv) - len(PLATFORM_ARGS)], "env": {}}
+    checks.models[name] = {
+        "repairs": [r["code"] for r in report.get("repairs", []) if r.get("verified")],
+        "findings": [f["code"] for f in report.get("findings", [])],
+        "args": argv[3 : len(argv) - len(PLATFORM_ARGS)],
+        "env": {},
+    }
     if argv[1:] != ["serve", model, *PLATFORM_ARGS]:
         checks.add(name, False, f"a clean model got more than the platform's arguments: {argv[1:]}")
         return
@@ -306,8 +327,7 @@ def run(expected_card: Optional[str], quiet: bool) -> Checks:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     changed = [n for n, d in before.items() if _digest(os.path.join(MODELS, n)) != d]
-    checks.add("models", not changed, f"{', '.join(changed)} written by the runs" if changed else
-               f"{MODELS} unchanged")
+    checks.add("models", not changed, f"{', '.join(changed)} written by the runs" if changed else f"{MODELS} unchanged")
     return checks
 
 
@@ -318,11 +338,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     opts = parser.parse_args(argv)
     checks = run(opts.card, quiet=opts.json)
     if opts.json:
-        print(json.dumps({"passed": checks.passed, "card": checks.card, "checks": checks.results, "models": checks.models},
-                         indent=1))
+        print(json.dumps({"passed": checks.passed, "card": checks.card, "checks": checks.results, "models": checks.models}, indent=1))
     else:
-        print(f"selftest: {'passed' if checks.passed else 'FAILED'} "
-              f"({sum(r['ok'] for r in checks.results)}/{len(checks.results)} checks)")
+        print(f"selftest: {'passed' if checks.passed else 'FAILED'} ({sum(r['ok'] for r in checks.results)}/{len(checks.results)} checks)")
     return 0 if checks.passed else 1
 
 

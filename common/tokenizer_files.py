@@ -55,9 +55,7 @@ def chat_template_source(model: ModelDir) -> Optional[str]:
     template = tokenizer_config(model).get("chat_template")
     if isinstance(template, str) and template.strip():
         return "tokenizer_config.json"
-    if isinstance(template, list) and any(
-        isinstance(t, dict) and isinstance(t.get("template"), str) for t in template
-    ):
+    if isinstance(template, list) and any(isinstance(t, dict) and isinstance(t.get("template"), str) for t in template):
         return "tokenizer_config.json"
     return None
 

@@ -131,8 +131,8 @@ def _blocks(path: str) -> Iterator[bytes]:
             if cut == -1:
                 rest = data
                 continue
-            yield data[:cut + 1]
-            rest = data[cut + 1:]
+            yield data[: cut + 1]
+            rest = data[cut + 1 :]
 
 
 def _json_report_text(path: str) -> Optional[bytes]:
@@ -163,7 +163,7 @@ def _json_report_text(path: str) -> Optional[bytes]:
 def _line_at(block: bytes, pos: int) -> bytes:
     start = block.rfind(b"\n", 0, pos) + 1
     end = block.find(b"\n", pos)
-    return block[start:end if end != -1 else len(block)]
+    return block[start : end if end != -1 else len(block)]
 
 
 def scan(blocks: Iterable[bytes], sigs: List[Signature]) -> Optional[Tuple[Signature, str]]:
@@ -217,6 +217,7 @@ def expand(paths: Iterable[str]) -> Iterator[Tuple[str, Optional[str]]]:
     """(file, problem) for every file under `paths`; directories are walked, symlinked ones not."""
     for path in paths:
         if os.path.isdir(path):
+
             def onerror(exc: OSError) -> None:
                 say(f"triage: {exc.filename}: cannot be listed ({exc.strerror})")
 
@@ -239,8 +240,11 @@ def summarize(verdicts: List[Triaged]) -> Dict:
         by_code[v.code] = by_code.get(v.code, 0) + 1
         card = by_card.setdefault(v.card or "unknown", {})
         card[v.code] = card.get(v.code, 0) + 1
-    return {"files": len(verdicts), "by_code": dict(sorted(by_code.items())),
-            "by_card": {k: dict(sorted(v.items())) for k, v in sorted(by_card.items())}}
+    return {
+        "files": len(verdicts),
+        "by_code": dict(sorted(by_code.items())),
+        "by_card": {k: dict(sorted(v.items())) for k, v in sorted(by_card.items())},
+    }
 
 
 def markdown(verdicts: List[Triaged], summary: Dict) -> str:

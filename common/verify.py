@@ -61,8 +61,7 @@ def child_env() -> Dict[str, str]:
 class _Run:
     __slots__ = ("stdout", "stderr", "returncode", "failure")
 
-    def __init__(self, stdout: str = "", stderr: str = "", returncode: Optional[int] = None,
-                 failure: Optional[Verdict] = None) -> None:
+    def __init__(self, stdout: str = "", stderr: str = "", returncode: Optional[int] = None, failure: Optional[Verdict] = None) -> None:
         self.stdout, self.stderr, self.returncode = stdout, stderr, returncode
         self.failure = failure  # set when no answer can be trusted beyond what stdout holds
 
@@ -92,9 +91,14 @@ def _run(argv: List[str], stdin_text: Optional[str], env: Mapping[str, str]) -> 
     timeout = verify_timeout(env)
     try:
         proc = subprocess.Popen(
-            [engine_python(env)] + argv, env=child_env(), text=True, encoding="utf-8", errors="replace",
+            [engine_python(env)] + argv,
+            env=child_env(),
+            text=True,
+            encoding="utf-8",
+            errors="replace",
             stdin=subprocess.DEVNULL if stdin_text is None else subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
     except OSError as exc:
         return _Run(failure=Verdict(None, f"verification could not start {engine_python(env)} ({exc.strerror})"))

@@ -35,8 +35,10 @@ def docker_client():
         return client
     except DockerException as exc:
         host = os.environ.get("DOCKER_HOST", "the default socket")
-        raise BuildFailed(f"no Docker daemon is reachable at {host} ({_first_line(exc)}); start Docker or build on a "
-                          "machine that has it (`make render` and `make lint` work without one)")
+        raise BuildFailed(
+            f"no Docker daemon is reachable at {host} ({_first_line(exc)}); start Docker or build on a "
+            "machine that has it (`make render` and `make lint` work without one)"
+        )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -53,8 +55,7 @@ def build_card(client, card: manifest_mod.Card, tag: str, buildargs: Dict[str, s
     log: List[str] = []
     step = ""
     try:
-        stream = client.api.build(path=context, tag=tag, buildargs=buildargs, pull=True, rm=True, forcerm=True,
-                                  decode=True)
+        stream = client.api.build(path=context, tag=tag, buildargs=buildargs, pull=True, rm=True, forcerm=True, decode=True)
         image_id = None
         for chunk in stream:
             if "stream" in chunk:
@@ -73,8 +74,7 @@ def build_card(client, card: manifest_mod.Card, tag: str, buildargs: Dict[str, s
     except APIError as exc:
         raise BuildFailed(_explain(card, exc.explanation or str(exc), step, log))
     except (RequestException, ValueError) as exc:
-        raise BuildFailed(f"{card.name}: the Docker daemon's answer could not be read ({_first_line(exc)}); "
-                          f"last step: {step or 'none'}")
+        raise BuildFailed(f"{card.name}: the Docker daemon's answer could not be read ({_first_line(exc)}); last step: {step or 'none'}")
     if image_id is None:
         raise BuildFailed(f"{card.name}: the daemon ended the build without an image; log above")
     return image_id
@@ -83,11 +83,19 @@ def build_card(client, card: manifest_mod.Card, tag: str, buildargs: Dict[str, s
 def _explain(card: manifest_mod.Card, error: str, step: str, log: List[str]) -> str:
     error = error.strip()
     lowered = error.lower()
-    if any(s in lowered for s in ("pull access denied", "manifest unknown", "not found: manifest", "failed to resolve",
-                                  "repository does not exist", "no such host", "unauthorized")) and (
-            not step or ": FROM " in step):
-        return (f"{card.name}: the base image {card.base_image} cannot be pulled ({error}); log in to its registry "
-                "or pass --base-image")
+    if any(
+        s in lowered
+        for s in (
+            "pull access denied",
+            "manifest unknown",
+            "not found: manifest",
+            "failed to resolve",
+            "repository does not exist",
+            "no such host",
+            "unauthorized",
+        )
+    ) and (not step or ": FROM " in step):
+        return f"{card.name}: the base image {card.base_image} cannot be pulled ({error}); log in to its registry or pass --base-image"
     tail = "".join(log[-LOG_TAIL:]).rstrip()
     return f"{card.name}: build step failed: {step or 'before the first step'}: {error}\n--- last lines of the step's log ---\n{tail}"
 

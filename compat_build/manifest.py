@@ -163,8 +163,10 @@ def _parse_sections(name: str, data: Dict[str, Any], folder: str, where: str) ->
         raise ManifestError(f"{where} [attention]: key 'head_size_policy' must be one of {', '.join(HEAD_SIZE_POLICIES)}")
     unknown = [p for p in build["patches"] if p not in BUILD_CODES]
     if unknown:
-        raise ManifestError(f"{where} [build]: key 'patches' names {unknown}, which are no build codes "
-                            f"(known: {', '.join(BUILD_CODES)}; `python3 -m common explain L1`)")
+        raise ManifestError(
+            f"{where} [build]: key 'patches' names {unknown}, which are no build codes "
+            f"(known: {', '.join(BUILD_CODES)}; `python3 -m common explain L1`)"
+        )
     if "L3" in build["patches"]:
         if not build.get("ops_dir") or not build.get("ops_target"):
             raise ManifestError(f"{where} [build]: L3 needs keys 'ops_dir' (this card's folder of ops) and 'ops_target'")
@@ -173,12 +175,25 @@ def _parse_sections(name: str, data: Dict[str, Any], folder: str, where: str) ->
             raise ManifestError(f"{where} [build]: ops_dir {build['ops_dir']!r} holds no .py ops")
     engine, image = tables["engine"], tables["image"]
     card, _, variant = name.partition(VARIANT_SEP)
-    return Card(name=name, card=card, variant=variant, framework=tables["platform"].get("framework", ""),
-                base_image=image["base"], python=image["python"], gpu_type=tables["platform"]["gpu_type"],
-                vllm=engine["vllm"], transformers=engine["transformers"], snapshot_env=engine["snapshot_env"],
-                vllm_source=engine.get("vllm_source", ""), head_sizes=tuple(sorted(sizes)),
-                head_size_policy=attention["head_size_policy"], build_patches=tuple(build["patches"]),
-                ops_dir=build.get("ops_dir", ""), ops_target=build.get("ops_target", ""), folder=folder)
+    return Card(
+        name=name,
+        card=card,
+        variant=variant,
+        framework=tables["platform"].get("framework", ""),
+        base_image=image["base"],
+        python=image["python"],
+        gpu_type=tables["platform"]["gpu_type"],
+        vllm=engine["vllm"],
+        transformers=engine["transformers"],
+        snapshot_env=engine["snapshot_env"],
+        vllm_source=engine.get("vllm_source", ""),
+        head_sizes=tuple(sorted(sizes)),
+        head_size_policy=attention["head_size_policy"],
+        build_patches=tuple(build["patches"]),
+        ops_dir=build.get("ops_dir", ""),
+        ops_target=build.get("ops_target", ""),
+        folder=folder,
+    )
 
 
 def parse(data: Dict[str, Any], cards_dir: str = CARDS_DIR) -> Manifest:

@@ -24,8 +24,9 @@ class PlatformError(RuntimeError):
 
 
 class PlatformClient:
-    def __init__(self, api_base: str = DEFAULT_API, token: Optional[str] = None, timeout: float = 10.0,
-                 retries: int = 3, backoff: float = 0.5) -> None:
+    def __init__(
+        self, api_base: str = DEFAULT_API, token: Optional[str] = None, timeout: float = 10.0, retries: int = 3, backoff: float = 0.5
+    ) -> None:
         self.api_base = api_base.rstrip("/")
         self._token = token
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
@@ -36,8 +37,13 @@ class PlatformClient:
         timeouts and 5xx; after the last, a 5xx answer is returned to us, not raised."""
         from urllib3.util import Retry
 
-        return Retry(total=self.retries, backoff_factor=self.backoff / 2, status_forcelist=RETRY_STATUSES,
-                     allowed_methods=None, raise_on_status=False)
+        return Retry(
+            total=self.retries,
+            backoff_factor=self.backoff / 2,
+            status_forcelist=RETRY_STATUSES,
+            allowed_methods=None,
+            raise_on_status=False,
+        )
 
     def _send(self, method: str, url: str, body: Optional[Dict[str, Any]]):
         import requests
@@ -51,8 +57,7 @@ class PlatformClient:
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         data = json.dumps(body).encode() if body is not None else None
-        return self._session.request(method, url, data=data, headers=headers, timeout=self.timeout,
-                                     allow_redirects=False)
+        return self._session.request(method, url, data=data, headers=headers, timeout=self.timeout, allow_redirects=False)
 
     def _request(self, what: str, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
         from requests.exceptions import RequestException
@@ -62,11 +67,9 @@ class PlatformClient:
         try:
             resp = self._send(method, url, body)
         except RequestException as exc:
-            raise PlatformError(f"{what}: {tries} (last: {_reason(exc)}); the platform may be down, "
-                                "try again later") from None
+            raise PlatformError(f"{what}: {tries} (last: {_reason(exc)}); the platform may be down, try again later") from None
         if resp.status_code >= 500:
-            raise PlatformError(f"{what}: {tries} (last: HTTP {resp.status_code}); the platform may be down, "
-                                "try again later")
+            raise PlatformError(f"{what}: {tries} (last: HTTP {resp.status_code}); the platform may be down, try again later")
         if resp.status_code >= 400:
             hint = "check the API token secret" if resp.status_code in (401, 403) else "check the request values"
             raise PlatformError(f"{what}: HTTP {resp.status_code} from {url}; {hint}")
@@ -86,15 +89,26 @@ class PlatformClient:
         query = urllib.parse.urlencode({"gpuType": gpu_type, "taskType": task_type})
         data = self._request("validate", "GET", f"/adminApi/image-verify/validate?{query}")
         if data is not True:
-            raise PlatformError(f"validate: the platform does not accept gpuType={gpu_type!r} taskType={task_type!r}; "
-                                "fix GPU_TYPE/TASK_TYPE in build_matrix.toml")
+            raise PlatformError(
+                f"validate: the platform does not accept gpuType={gpu_type!r} taskType={task_type!r}; "
+                "fix GPU_TYPE/TASK_TYPE in build_matrix.toml"
+            )
 
-    def register(self, *, framework: str, gpu_type: str, image_url: str, task_type: str, create_by: str,
-                 repo_url: str, tag: str) -> Any:
-        return self._request("register", "POST", "/adminApi/image-verify", {
-            "framework": framework, "gpuType": gpu_type, "imageUrl": image_url, "taskType": task_type,
-            "createBy": create_by, "repoUrl": repo_url, "tag": tag})
-
+    def register(self, *, framework: str, gpu_type: str, image_url: str, task_type: str, create_by: str, repo_url: str, tag: str) -> Any:
+        return self._request(
+            "register",
+            "POST",
+            "/adminApi/image-verify",
+            {
+                "framework": framework,
+                "gpuType": gpu_type,
+                "imageUrl": image_url,
+                "taskType": task_type,
+                "createBy": create_by,
+                "repoUrl": repo_url,
+                "tag": tag,
+            },
+        )
 
 
 def _reason(exc: BaseException) -> str:

@@ -31,8 +31,13 @@ def take_snapshot(python: str, vllm_source: str = "") -> Dict[str, Any]:
 
 def card_json(card: manifest_mod.Card) -> Dict[str, Any]:
     """The manifest entry as the image build step reads it (card.json in the build context)."""
-    return {"name": card.name, "vllm": card.vllm, "transformers": card.transformers,
-            "head_sizes": list(card.head_sizes), "head_size_policy": card.head_size_policy}
+    return {
+        "name": card.name,
+        "vllm": card.vllm,
+        "transformers": card.transformers,
+        "head_sizes": list(card.head_sizes),
+        "head_size_policy": card.head_size_policy,
+    }
 
 
 def main(argv: Any = None) -> int:
@@ -49,7 +54,10 @@ def main(argv: Any = None) -> int:
             snapshots[key] = take_snapshot(python, card.vllm_source)
         snap = snapshots[key]
         if snap["transformers_version"] != card.transformers:
-            print(f"{name}: {card.snapshot_env} has transformers {snap['transformers_version']}, manifest says {card.transformers}", file=sys.stderr)
+            print(
+                f"{name}: {card.snapshot_env} has transformers {snap['transformers_version']}, manifest says {card.transformers}",
+                file=sys.stderr,
+            )
             return 1
         text = render(profile_json(card_json(card), snap))
         path = os.path.join(PROFILE_DIR, f"{name}.json")

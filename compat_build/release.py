@@ -88,9 +88,14 @@ def register(manifest: manifest_mod.Manifest, card: str, image_ref: str, tag: st
         raise GateFailed(f"{image_ref} has no tag: pass --tag VERSION for the platform's tag field")
     server, repo = os.environ.get("GITHUB_SERVER_URL", ""), os.environ.get("GITHUB_REPOSITORY", "")
     _client(manifest).register(
-        framework=info["FRAMEWORK"], gpu_type=info["GPU_TYPE"], task_type=info["TASK_TYPE"], image_url=image_ref,
-        create_by=os.environ.get("GITHUB_ACTOR", "ci"), repo_url=f"{server}/{repo}" if server and repo else repository,
-        tag=tag)
+        framework=info["FRAMEWORK"],
+        gpu_type=info["GPU_TYPE"],
+        task_type=info["TASK_TYPE"],
+        image_url=image_ref,
+        create_by=os.environ.get("GITHUB_ACTOR", "ci"),
+        repo_url=f"{server}/{repo}" if server and repo else repository,
+        tag=tag,
+    )
     print(f"{card}: registered {image_ref} (tag {tag})")
 
 
@@ -108,7 +113,7 @@ def _selftest_output(stdout: str) -> Optional[Dict[str, Any]]:
     """The self-test's JSON object from the container's stdout (anything printed before it, by a
     base image's shell profile for instance, is skipped)."""
     text = stdout.strip()
-    starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n" and text[i + 1:i + 2] == "{"]
+    starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n" and text[i + 1 : i + 2] == "{"]
     for start in starts:
         try:
             data = json.loads(text[start:])
@@ -128,8 +133,15 @@ def selftest(client, card: str, image_ref: str, report_path: str = "", out=sys.s
     from requests.exceptions import RequestException
 
     api = client.api
-    report: Dict[str, Any] = {"card": card, "image": image_ref, "image_id": None, "passed": False, "checks": [],
-                              "models": {}, "problem": ""}
+    report: Dict[str, Any] = {
+        "card": card,
+        "image": image_ref,
+        "image_id": None,
+        "passed": False,
+        "checks": [],
+        "models": {},
+        "problem": "",
+    }
 
     def done(problem: str = "") -> Dict[str, Any]:
         report["problem"] = problem
@@ -149,8 +161,9 @@ def selftest(client, card: str, image_ref: str, report_path: str = "", out=sys.s
         label = ((info.get("Config") or {}).get("Labels") or {}).get(CARD_LABEL)
         if label != card:
             return done(f"the image is labelled {CARD_LABEL}={label!r}, not {card!r}")
-        container = api.create_container(image_ref, command=["selftest", "--card", card, "--json"],
-                                         host_config=api.create_host_config(network_mode="none"))
+        container = api.create_container(
+            image_ref, command=["selftest", "--card", card, "--json"], host_config=api.create_host_config(network_mode="none")
+        )
         api.start(container)
         status = api.wait(container, timeout=SELFTEST_TIMEOUT_S).get("StatusCode")
         stdout = api.logs(container, stdout=True, stderr=False).decode("utf-8", "replace")
@@ -200,16 +213,16 @@ def push(client, card: str, image_ref: str, tested: Dict[str, Any], out=sys.stde
     from requests.exceptions import RequestException
 
     if not tested.get("passed") or tested.get("card") != card or tested.get("image") != image_ref:
-        raise GateFailed(f"{card}: {image_ref} has no passed self-test ({tested.get('problem') or 'no report for it'}); "
-                         "not pushed")
+        raise GateFailed(f"{card}: {image_ref} has no passed self-test ({tested.get('problem') or 'no report for it'}); not pushed")
     repository, tag, _ = split_ref(image_ref)
     api = client.api
     digest = ""
     try:
         image_id = api.inspect_image(image_ref).get("Id")
         if not image_id or image_id != tested.get("image_id"):
-            raise GateFailed(f"{card}: {image_ref} is now image {image_id}, not {tested.get('image_id')} that passed "
-                             "the self-test; not pushed")
+            raise GateFailed(
+                f"{card}: {image_ref} is now image {image_id}, not {tested.get('image_id')} that passed the self-test; not pushed"
+            )
         for chunk in api.push(repository, tag=tag, stream=True, decode=True):
             if chunk.get("error"):
                 raise GateFailed(f"{card}: push of {image_ref} failed: {chunk['error'].strip()}")
@@ -288,8 +301,9 @@ def check(out_dir: str) -> int:
         missing = copy_sources_missing(context)
         step(f"{name}: COPY sources exist", not missing, "; ".join(missing))
         if hadolint:
-            result = subprocess.run([hadolint, "--failure-threshold", "error", os.path.join(context, "Dockerfile")],
-                                    capture_output=True, text=True)
+            result = subprocess.run(
+                [hadolint, "--failure-threshold", "error", os.path.join(context, "Dockerfile")], capture_output=True, text=True
+            )
             step(f"{name}: hadolint", result.returncode == 0, (result.stdout + result.stderr).strip())
         else:
             step(f"{name}: hadolint", False, "hadolint not found: run `make venv`")
@@ -327,8 +341,11 @@ def check(out_dir: str) -> int:
                 step(f"{name}: selftest", True, f"docker run --rm {tag} selftest")
             except GateFailed as exc:
                 step(f"{name}: selftest", False, str(exc))
-    verdict = f"FAILED: {', '.join(failures)}" if failures else (
-        f"the steps run here passed; NOT run here: {', '.join(skipped)}" if skipped else "all steps passed")
+    verdict = (
+        f"FAILED: {', '.join(failures)}"
+        if failures
+        else (f"the steps run here passed; NOT run here: {', '.join(skipped)}" if skipped else "all steps passed")
+    )
     print(f"release-check: {verdict}")
     return 1 if failures else 0
 

@@ -77,8 +77,14 @@ def _normalize_modes(root: str) -> None:
 
 
 def dockerfile(card: manifest_mod.Card) -> str:
-    env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, trim_blocks=True,
-                      lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
     library = [code for code in card.build_patches if code in PATCHES]
     return env.get_template("Dockerfile.j2").render(card=card, home=HOME, library_patches=library)
 
@@ -125,7 +131,6 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     for card in cards:
         print(f"rendered {os.path.relpath(render_card(card, opts.out), os.getcwd())}/")
     return 0
-
 
 
 if __name__ == "__main__":

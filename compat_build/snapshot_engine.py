@@ -75,9 +75,11 @@ def backend_compatible_architectures() -> List[str]:
                 continue
             bases.setdefault(node.name, [b.id for b in node.bases if isinstance(b, ast.Name)])
             for stmt in node.body:
-                if (isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_supports_attention_backend"
-                                                         for t in stmt.targets)
-                        and isinstance(stmt.value, ast.Constant)):
+                if (
+                    isinstance(stmt, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "_supports_attention_backend" for t in stmt.targets)
+                    and isinstance(stmt.value, ast.Constant)
+                ):
                     flags[node.name] = bool(stmt.value.value)
 
     def compatible(name: str, seen: frozenset = frozenset()) -> bool:
@@ -105,15 +107,15 @@ def head_dim_none_fallback() -> Optional[bool]:
     from types import SimpleNamespace
 
     text = SimpleNamespace(model_type="llama", head_dim=None, hidden_size=64, num_attention_heads=4)
-    stand_in = SimpleNamespace(hf_text_config=text, hf_config=text, is_deepseek_mla=False, use_mla=False,
-                               is_attention_free=False)
+    stand_in = SimpleNamespace(hf_text_config=text, hf_config=text, is_deepseek_mla=False, use_mla=False, is_attention_free=False)
     try:
         import vllm.config  # noqa: F401 - the convertor module only imports after it (circular imports)
         from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase as Convertor
 
         method = Convertor.get_head_size
-        stand_in = SimpleNamespace(hf_text_config=text, is_deepseek_mla=lambda: False, get_hidden_size=lambda: 64,
-                                   get_total_num_attention_heads=lambda: 4)
+        stand_in = SimpleNamespace(
+            hf_text_config=text, is_deepseek_mla=lambda: False, get_hidden_size=lambda: 64, get_total_num_attention_heads=lambda: 4
+        )
     except Exception:
         try:
             from vllm.config import ModelConfig

@@ -50,8 +50,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for card in stale:
         path = path_for(card)
         if opts.check:
-            print(f"{os.path.relpath(path, manifest_mod.ROOT)} disagrees with build_matrix.toml; run `make render`",
-                  file=sys.stderr)
+            print(f"{os.path.relpath(path, manifest_mod.ROOT)} disagrees with build_matrix.toml; run `make render`", file=sys.stderr)
             continue
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as fh:

@@ -42,17 +42,33 @@ ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
 AUTHOR_PYTHON = ROOT / ".venv-author" / "bin" / "python"
 RUNS = int(os.environ.get("BENCH_RUNS", "15"))
 SHARDS = 50
-SHARD_BYTES = 100 * 1024 ** 3 // SHARDS
+SHARD_BYTES = 100 * 1024**3 // SHARDS
 
 
 def clean_model(path: Path, shards: int = 0) -> Path:
     path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-        "num_attention_heads": 32, "rope_theta": 500000.0, "torch_dtype": "bfloat16"}))
-    (path / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"}))
+    (path / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "rope_theta": 500000.0,
+                "torch_dtype": "bfloat16",
+            }
+        )
+    )
+    (path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}",
+            }
+        )
+    )
     (path / "tokenizer.json").write_text(json.dumps({"version": "1.0", "added_tokens": [], "model": {"type": "BPE"}}))
     index = {}
     for i in range(shards):
@@ -88,15 +104,18 @@ READ_BYTES = (
 
 
 def read_bytes(model: Path, env: Dict[str, str], tree: Path) -> int:
-    out = subprocess.run([sys.executable, "-c", READ_BYTES, str(model)], cwd=str(tree), env=env,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", READ_BYTES, str(model)], cwd=str(tree), env=env, capture_output=True, text=True, check=True
+    ).stdout
     return int(out.strip().splitlines()[-1])
 
 
 # Runs the command and prints the largest maxrss among it and every descendant it waited for.
-MAXRSS = ("import resource, subprocess, sys; "
-          "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True); "
-          "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+MAXRSS = (
+    "import resource, subprocess, sys; "
+    "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+)
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -128,8 +147,7 @@ def _rss(pid: int) -> int:
 
 def peak_rss_mb(cmd: List[str], env: Dict[str, str], cwd: Path) -> float:
     """Peak memory of `cmd` and its descendants (the measuring wrapper itself left out)."""
-    proc = subprocess.Popen([sys.executable, "-c", MAXRSS] + cmd, cwd=str(cwd), env=env,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", MAXRSS] + cmd, cwd=str(cwd), env=env, stdout=subprocess.PIPE, text=True)
     polled = 0
     while proc.poll() is None:
         polled = max(polled, sum(_rss(pid) for pid in _descendants(proc.pid)))
@@ -138,7 +156,7 @@ def peak_rss_mb(cmd: List[str], env: Dict[str, str], cwd: Path) -> float:
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd} failed")
     largest = int(out.strip().splitlines()[-1]) * 1024
-    return max(polled, largest) / 1024 ** 2
+    return max(polled, largest) / 1024**2
 
 
 FLOOR = "import sys; from transformers import AutoTokenizer; AutoTokenizer.from_pretrained(sys.argv[1])"
@@ -153,21 +171,21 @@ def repaired_figures(tmp: Path, tree: Path) -> Optional[Dict[str, float]]:
 
     model = build("v5", "generic", tmp / "v5-generic")
     engine = str(ENGINE_PYTHON)
-    env = dict(os.environ, COMPAT_WORK_DIR=str(tmp / "work-repaired"), TRANSFORMERS_VERBOSITY="error",
-               COMPAT_ENGINE_PYTHON=engine)
+    env = dict(os.environ, COMPAT_WORK_DIR=str(tmp / "work-repaired"), TRANSFORMERS_VERBOSITY="error", COMPAT_ENGINE_PYTHON=engine)
     cmd = [engine, "-m", "common", "preflight", str(model), "--card", "nv-a100", "--dry-run", "--json"]
     # This one run keeps its work dir: the floor below loads the overlay it wrote.
-    plan = json.loads(subprocess.run(cmd + ["--keep-work-dir"], cwd=str(tree), env=env, capture_output=True, text=True,
-                                     check=True).stdout)
+    plan = json.loads(subprocess.run(cmd + ["--keep-work-dir"], cwd=str(tree), env=env, capture_output=True, text=True, check=True).stdout)
     repairs = [(r["code"], r["verified"]) for r in plan["repairs"]]
     if not repairs or not all(ok is True for _, ok in repairs) or plan["args"][:1] != ["--tokenizer"]:
         raise RuntimeError(f"the transformers-5 model was not repaired and verified: {repairs}")
     overlay = plan["args"][1]
     torch_off = dict(env, USE_TORCH="0", USE_TF="0", USE_FLAX="0")
-    m = medians({
-        "preflight_repaired": lambda: timed(cmd, env, tree),
-        "tokenizer_load": lambda: timed([engine, "-c", FLOOR, overlay], torch_off, tree),
-    })
+    m = medians(
+        {
+            "preflight_repaired": lambda: timed(cmd, env, tree),
+            "tokenizer_load": lambda: timed([engine, "-c", FLOOR, overlay], torch_off, tree),
+        }
+    )
     peaks = sorted(peak_rss_mb(cmd, env, tree) for _ in range(3))
     return dict(m, peak_rss_mb=peaks[1])
 
@@ -186,17 +204,21 @@ def main() -> int:
         env = dict(os.environ, COMPAT_WORK_DIR=str(Path(tmp) / "work"), TRANSFORMERS_VERBOSITY="error")
 
         def preflight(model: Path) -> Callable[[], float]:
-            return lambda: timed([py, "-m", "common", "preflight", str(model), "--card", "nv-a100",
-                                  "--dry-run", "--json"], env, tree)
+            return lambda: timed([py, "-m", "common", "preflight", str(model), "--card", "nv-a100", "--dry-run", "--json"], env, tree)
 
-        m = medians({
-            "python": lambda: timed([py, "-c", "pass"], env),
-            "import_transformers": lambda: timed([py, "-c", "import transformers"], env),
-            "preflight": preflight(small),
-            "preflight_100gib": preflight(big),
-            "launch": lambda: timed([py, "-m", "common", "launch", "--", "--port", "8000"],
-                                    dict(env, MODEL_DIR=str(small), COMPAT_CARD="nv-a100", COMPAT_VLLM="true"), tree),
-        })
+        m = medians(
+            {
+                "python": lambda: timed([py, "-c", "pass"], env),
+                "import_transformers": lambda: timed([py, "-c", "import transformers"], env),
+                "preflight": preflight(small),
+                "preflight_100gib": preflight(big),
+                "launch": lambda: timed(
+                    [py, "-m", "common", "launch", "--", "--port", "8000"],
+                    dict(env, MODEL_DIR=str(small), COMPAT_CARD="nv-a100", COMPAT_VLLM="true"),
+                    tree,
+                ),
+            }
+        )
         delta = read_bytes(big, env, tree) - read_bytes(small, env, tree)
         repaired = repaired_figures(Path(tmp), tree)
     print(f"python_startup_ms: {m['python'] * 1000:.1f}")

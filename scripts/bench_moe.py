@@ -59,8 +59,7 @@ def median_of(samples: list, figure) -> float:
 
 def main() -> None:
     torch.manual_seed(0)
-    config = MixtralConfig(hidden_size=HIDDEN, intermediate_size=INTER, num_local_experts=EXPERTS,
-                           num_experts_per_tok=TOP_K)
+    config = MixtralConfig(hidden_size=HIDDEN, intermediate_size=INTER, num_local_experts=EXPERTS, num_experts_per_tok=TOP_K)
     block = MixtralSparseMoeBlock(config).eval()
     w13 = torch.stack([torch.cat([e.w1.weight, e.w3.weight]) for e in block.experts]).contiguous()
     w2 = torch.stack([e.w2.weight for e in block.experts]).contiguous()
@@ -69,19 +68,28 @@ def main() -> None:
     with torch.no_grad():
         x, d = torch.randn(TOKENS, HIDDEN), torch.randn(DECODE_TOKENS, HIDDEN)
         logits, d_logits = block.gate(x), block.gate(d)
-        prefill = rounds([lambda: block(x.reshape(1, TOKENS, HIDDEN)),
-                          lambda: moe_forward(x, logits, w13, w2, TOP_K),
-                          lambda: moe_forward_static(x, logits, w13, w2, TOP_K),
-                          lambda: a @ b])
-        decode = rounds([lambda: block(d.reshape(1, DECODE_TOKENS, HIDDEN)),
-                         lambda: moe_forward(d, d_logits, w13, w2, TOP_K),
-                         lambda: moe_forward_static(d, d_logits, w13, w2, TOP_K)])
+        prefill = rounds(
+            [
+                lambda: block(x.reshape(1, TOKENS, HIDDEN)),
+                lambda: moe_forward(x, logits, w13, w2, TOP_K),
+                lambda: moe_forward_static(x, logits, w13, w2, TOP_K),
+                lambda: a @ b,
+            ]
+        )
+        decode = rounds(
+            [
+                lambda: block(d.reshape(1, DECODE_TOKENS, HIDDEN)),
+                lambda: moe_forward(d, d_logits, w13, w2, TOP_K),
+                lambda: moe_forward_static(d, d_logits, w13, w2, TOP_K),
+            ]
+        )
     print(f"moe_shim_speedup_vs_reference: {median_of(prefill, lambda ref, shim, static, dense: ref / shim):.2f}")
     print(f"moe_shim_capture_path_vs_reference: {median_of(prefill, lambda ref, shim, static, dense: ref / static):.2f}")
-    print(f"moe_shim_decode_speedup_vs_reference: {median_of(decode, lambda ref, shim, static: ref / shim):.2f}"
-          f"  ({DECODE_TOKENS} tokens)")
-    print(f"moe_shim_decode_capture_path_vs_reference: {median_of(decode, lambda ref, shim, static: ref / static):.2f}"
-          f"  ({DECODE_TOKENS} tokens)")
+    print(f"moe_shim_decode_speedup_vs_reference: {median_of(decode, lambda ref, shim, static: ref / shim):.2f}  ({DECODE_TOKENS} tokens)")
+    print(
+        f"moe_shim_decode_capture_path_vs_reference: {median_of(decode, lambda ref, shim, static: ref / static):.2f}"
+        f"  ({DECODE_TOKENS} tokens)"
+    )
     print(f"moe_shim_fraction_of_dense_gemm: {median_of(prefill, lambda ref, shim, static, dense: dense / shim):.2f}")
     print(f"moe_shim_gflops: {flops / median_of(prefill, lambda ref, shim, static, dense: shim) / 1e9:.1f}")
 

@@ -31,10 +31,8 @@ def main() -> int:
     build("v5", "generic", model, "--no-weights")
     config = (model / "tokenizer_config.json").read_text()
     print(f"its tokenizer_config.json:\n{config}")
-    env = dict(os.environ, COMPAT_ENGINE_PYTHON=str(ROOT / ".venv" / "bin" / "python"),
-               COMPAT_WORK_DIR=str(ROOT / "demo" / "work"))
-    cmd = [sys.executable, "-m", "common", "preflight", str(model), "--card", opts.card, "--",
-           "--max-model-len", "256", "--port", "8000"]
+    env = dict(os.environ, COMPAT_ENGINE_PYTHON=str(ROOT / ".venv" / "bin" / "python"), COMPAT_WORK_DIR=str(ROOT / "demo" / "work"))
+    cmd = [sys.executable, "-m", "common", "preflight", str(model), "--card", opts.card, "--", "--max-model-len", "256", "--port", "8000"]
     print("$ python3 -m common preflight demo/transformers5-model --card " + opts.card + " -- --max-model-len 256 --port 8000")
     return subprocess.call(cmd, cwd=str(ROOT), env=env)
 

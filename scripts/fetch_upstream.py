@@ -64,8 +64,7 @@ def sha256_of(path: Path) -> str:
 def pip_config() -> dict:
     """`pip config list` of this interpreter's pip as {"section.key": value}; {} without pip."""
     try:
-        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                             timeout=60, check=True).stdout
+        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
     config = {}
@@ -93,8 +92,7 @@ def pip_indexes(config: dict) -> list:
 def _redact(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     if parts.username or parts.password:
-        return urllib.parse.urlunsplit(parts._replace(netloc=f"***@{parts.hostname}" + (
-            f":{parts.port}" if parts.port else "")))
+        return urllib.parse.urlunsplit(parts._replace(netloc=f"***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")))
     return url
 
 
@@ -206,16 +204,20 @@ def archive(name: str, entry: dict) -> Path:
             continue
         url, listed = files[entry["archive"]]
         if listed and listed != entry["sha256"]:
-            raise FetchError(f"{name}: {_redact(index)} lists {entry['archive']} with sha256 {listed}, not "
-                             f"{entry['sha256']} ({SOURCES.name}); that index serves another file under this name")
+            raise FetchError(
+                f"{name}: {_redact(index)} lists {entry['archive']} with sha256 {listed}, not "
+                f"{entry['sha256']} ({SOURCES.name}); that index serves another file under this name"
+            )
         print(f"fetching {entry['archive']} from {_redact(index)}", file=sys.stderr)
         try:
             return _download(url, entry, index, context)
         except (OSError, urllib.error.URLError) as exc:
             tried.append(f"{_redact(index)} (download failed: {getattr(exc, 'reason', None) or exc})")
-    raise FetchError(f"{name}: {entry['archive']} was found on none of pip's indexes: {'; '.join(tried)}. Point "
-                     f"PIP_INDEX_URL (or pip.conf's index-url) at an index or mirror that has it, or put the file, "
-                     f"sha256 {entry['sha256']}, at {path}")
+    raise FetchError(
+        f"{name}: {entry['archive']} was found on none of pip's indexes: {'; '.join(tried)}. Point "
+        f"PIP_INDEX_URL (or pip.conf's index-url) at an index or mirror that has it, or put the file, "
+        f"sha256 {entry['sha256']}, at {path}"
+    )
 
 
 def fetch(name: str, entry: dict) -> None:

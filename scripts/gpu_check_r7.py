@@ -89,8 +89,14 @@ def max_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.float() - b.float()).abs().max().item()
 
 
-def check(name: str, dtype: torch.dtype, tokens: int, inputs: Dict[str, torch.Tensor], fn: Callable[[], object],
-          fresh: Callable[[], Dict[str, torch.Tensor]]) -> bool:
+def check(
+    name: str,
+    dtype: torch.dtype,
+    tokens: int,
+    inputs: Dict[str, torch.Tensor],
+    fn: Callable[[], object],
+    fresh: Callable[[], Dict[str, torch.Tensor]],
+) -> bool:
     """Capture fn over the static `inputs`, replay with fresh values, compare with eager runs."""
     atol, rtol = TOL[dtype]
     taken = []
@@ -125,15 +131,19 @@ def check(name: str, dtype: torch.dtype, tokens: int, inputs: Dict[str, torch.Te
                 worst[path] = max(worst[path], max_err(got, want))
                 ok = ok and torch.allclose(got.float(), want.float(), atol=atol, rtol=rtol)
     verdict = "ok" if ok else "MISMATCH"
-    print(f"{name:>7} {str(dtype)[6:]:>8} {tokens:>3} tokens: max abs err vs eager grouped {worst['grouped']:.3g}, "
-          f"vs eager static {worst['static']:.3g}  {verdict}")
+    print(
+        f"{name:>7} {str(dtype)[6:]:>8} {tokens:>3} tokens: max abs err vs eager grouped {worst['grouped']:.3g}, "
+        f"vs eager static {worst['static']:.3g}  {verdict}"
+    )
     return ok
 
 
 def check_moe(dtype: torch.dtype, device: torch.device, tokens: int, w13: torch.Tensor, w2: torch.Tensor) -> bool:
     def fresh():
-        return {"x": torch.randn(tokens, HIDDEN, device=device, dtype=dtype),
-                "logits": torch.randn(tokens, EXPERTS, device=device, dtype=dtype)}
+        return {
+            "x": torch.randn(tokens, HIDDEN, device=device, dtype=dtype),
+            "logits": torch.randn(tokens, EXPERTS, device=device, dtype=dtype),
+        }
 
     s = fresh()
     return check("moe", dtype, tokens, s, lambda: layers.moe_forward(s["x"], s["logits"], w13, w2, TOP_K), fresh)
@@ -141,13 +151,16 @@ def check_moe(dtype: torch.dtype, device: torch.device, tokens: int, w13: torch.
 
 def check_layer(dtype: torch.dtype, device: torch.device, tokens: int, layer: Layer) -> bool:
     def fresh():
-        return {"positions": torch.randint(0, 4096, (tokens,), device=device),
-                "hidden": torch.randn(tokens, HIDDEN, device=device, dtype=dtype),
-                "residual": torch.randn(tokens, HIDDEN, device=device, dtype=dtype)}
+        return {
+            "positions": torch.randint(0, 4096, (tokens,), device=device),
+            "hidden": torch.randn(tokens, HIDDEN, device=device, dtype=dtype),
+            "residual": torch.randn(tokens, HIDDEN, device=device, dtype=dtype),
+        }
 
     s = fresh()
-    return check("layer", dtype, tokens, s,
-                 lambda: layers.mixtral_decoder_layer_forward(layer, s["positions"], s["hidden"], s["residual"]), fresh)
+    return check(
+        "layer", dtype, tokens, s, lambda: layers.mixtral_decoder_layer_forward(layer, s["positions"], s["hidden"], s["residual"]), fresh
+    )
 
 
 def main() -> int:
@@ -159,8 +172,8 @@ def main() -> int:
     ok = True
     with torch.no_grad():
         for dtype in (torch.bfloat16, torch.float32):
-            w13 = (torch.randn(EXPERTS, 2 * INTER, HIDDEN, device=device) / HIDDEN ** 0.5).to(dtype)
-            w2 = (torch.randn(EXPERTS, HIDDEN, INTER, device=device) / INTER ** 0.5).to(dtype)
+            w13 = (torch.randn(EXPERTS, 2 * INTER, HIDDEN, device=device) / HIDDEN**0.5).to(dtype)
+            w2 = (torch.randn(EXPERTS, HIDDEN, INTER, device=device) / INTER**0.5).to(dtype)
             layer = Layer(w13, w2).to(device=device, dtype=dtype)
             for tokens in TOKENS:
                 ok &= check_moe(dtype, device, tokens, w13, w2)

@@ -22,8 +22,9 @@ def platform():
 
         def _answer(self):
             length = int(self.headers.get("Content-Length") or 0)
-            state["requests"].append((self.command, self.path, self.headers.get("Authorization"),
-                                      self.rfile.read(length) if length else b""))
+            state["requests"].append(
+                (self.command, self.path, self.headers.get("Authorization"), self.rfile.read(length) if length else b"")
+            )
             step = state["script"].pop(0) if state["script"] else (200, {"code": 0, "data": True})
             if step == "hang":
                 threading.Event().wait(1.0)
@@ -41,8 +42,7 @@ def platform():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    state["client"] = PlatformClient(f"http://127.0.0.1:{server.server_address[1]}", token=TOKEN, timeout=0.3,
-                                     retries=2, backoff=0.01)
+    state["client"] = PlatformClient(f"http://127.0.0.1:{server.server_address[1]}", token=TOKEN, timeout=0.3, retries=2, backoff=0.01)
     yield state
     server.shutdown()
     server.server_close()

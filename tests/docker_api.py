@@ -29,8 +29,13 @@ def _frames(stream: int, data: bytes) -> bytes:
 
 
 class DockerAPI:
-    def __init__(self, chunks: List[Dict], runner: Optional[Runner] = None, images: Optional[Dict[str, Dict]] = None,
-                 push_chunks: Optional[List[Dict]] = None) -> None:
+    def __init__(
+        self,
+        chunks: List[Dict],
+        runner: Optional[Runner] = None,
+        images: Optional[Dict[str, Dict]] = None,
+        push_chunks: Optional[List[Dict]] = None,
+    ) -> None:
         self.chunks = chunks
         self.builds: List[Dict] = []
         self.runner = runner
@@ -86,12 +91,14 @@ class DockerAPI:
                 elif path.endswith("/version"):
                     self._json(200, {"ApiVersion": API, "Version": "24.0.0"})
                 elif path.startswith("/images/") and path.endswith("/json"):
-                    image = self._image(path[len("/images/"):-len("/json")])
+                    image = self._image(path[len("/images/") : -len("/json")])
                     if image is None:
                         self._json(404, {"message": "No such image"})
                     else:
-                        self._json(200, {"Id": image["Id"], "RepoDigests": image.get("RepoDigests", []),
-                                         "Config": {"Labels": image.get("Labels", {})}})
+                        self._json(
+                            200,
+                            {"Id": image["Id"], "RepoDigests": image.get("RepoDigests", []), "Config": {"Labels": image.get("Labels", {})}},
+                        )
                 elif path.startswith("/containers/") and path.endswith("/json"):
                     cid = path.split("/")[2]
                     self._json(200, {"Id": cid, "Config": {"Tty": False}, "State": {"Running": False}})
@@ -132,16 +139,14 @@ class DockerAPI:
                         self._json(404, {"message": f"No such image: {spec['Image']}"})
                         return
                     cid = f"c{len(api.containers) + 1:063d}"
-                    api.containers[cid] = {"spec": spec, "status": None, "stdout": b"", "stderr": b"",
-                                           "done": threading.Event()}
+                    api.containers[cid] = {"spec": spec, "status": None, "stdout": b"", "stderr": b"", "done": threading.Event()}
                     self._json(201, {"Id": cid, "Warnings": []})
                 elif path.startswith("/containers/") and path.endswith("/start"):
                     run = api.containers[path.split("/")[2]]
 
                     def start():  # the daemon answers at once; the container runs on
                         try:
-                            run["status"], run["stdout"], run["stderr"] = api.runner(run["spec"]["Image"],
-                                                                                     run["spec"].get("Cmd") or [])
+                            run["status"], run["stdout"], run["stderr"] = api.runner(run["spec"]["Image"], run["spec"].get("Cmd") or [])
                         finally:
                             run["done"].set()
 
@@ -152,9 +157,8 @@ class DockerAPI:
                     run["done"].wait()
                     self._json(200, {"StatusCode": run["status"], "Error": None})
                 elif path.startswith("/images/") and path.endswith("/push"):
-                    name = path[len("/images/"):-len("/push")]
-                    api.pushes.append({"name": name, "tag": query.get("tag"),
-                                       "auth": self.headers.get("X-Registry-Auth")})
+                    name = path[len("/images/") : -len("/push")]
+                    api.pushes.append({"name": name, "tag": query.get("tag"), "auth": self.headers.get("X-Registry-Auth")})
                     self._stream(api.push_chunks)
                 else:
                     self._json(404, {"message": "not here"})

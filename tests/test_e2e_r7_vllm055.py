@@ -95,9 +95,13 @@ VENDOR_CALL = """\
 
 def engine_vllm_dir() -> Path:
     """The engine's installed `vllm` package, found without importing it."""
-    out = subprocess.run([str(ENGINE.python), "-c", "import importlib.util as u; "
-                          "print(u.find_spec('vllm').submodule_search_locations[0])"],
-                         check=True, capture_output=True, text=True, env=ENGINE.env())
+    out = subprocess.run(
+        [str(ENGINE.python), "-c", "import importlib.util as u; print(u.find_spec('vllm').submodule_search_locations[0])"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=ENGINE.env(),
+    )
     return Path(out.stdout.strip())
 
 
@@ -105,8 +109,7 @@ def vendor_style(source: str) -> str:
     """Upstream 0.5.5's mixtral.py with the vendor fork's two changes (see the module docstring)."""
     assert source.count(IMPORT_ANCHOR) == 1, "upstream import anchor not found"
     layer = source.index("class MixtralDecoderLayer(")
-    assert source.count(FORWARD_BODY) == 1 and source.index(FORWARD_BODY) > layer, \
-        "MixtralDecoderLayer.forward body not found"
+    assert source.count(FORWARD_BODY) == 1 and source.index(FORWARD_BODY) > layer, "MixtralDecoderLayer.forward body not found"
     return source.replace(IMPORT_ANCHOR, IMPORT_ANCHOR + VENDOR_IMPORT).replace(FORWARD_BODY, VENDOR_CALL)
 
 
@@ -127,9 +130,24 @@ def mixtral(tmp_path_factory) -> Path:
     runs the builder), with transformers' greedy tokens; head_dim written out (see the docstring)."""
     model = tmp_path_factory.mktemp("r7") / "mixtral"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", PYTHONWARNINGS="ignore")
-    subprocess.run([str(ENGINE.python), str(SCRIPT), str(model), "generic", "--model-type", "mixtral",
-                    "--initializer-range", "0.1", "--reference-tokens", "16"],
-                   check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    subprocess.run(
+        [
+            str(ENGINE.python),
+            str(SCRIPT),
+            str(model),
+            "generic",
+            "--model-type",
+            "mixtral",
+            "--initializer-range",
+            "0.1",
+            "--reference-tokens",
+            "16",
+        ],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     config = json.loads((model / "config.json").read_text())
     assert config["architectures"] == ["MixtralForCausalLM"] and config["head_dim"] is None
     config["head_dim"] = config["hidden_size"] // config["num_attention_heads"]
@@ -153,8 +171,9 @@ def server(tmp_path):
 
 def greedy(srv: Server, name: str, prompt: List[int], count: int) -> Tuple[List[int], List[float]]:
     """Greedy tokens (temperature 0, ignore_eos) and each chosen token's logprob."""
-    status, body = srv.post("/v1/completions", {"model": name, "prompt": prompt, "max_tokens": count,
-                                                "temperature": 0, "ignore_eos": True, "logprobs": 1})
+    status, body = srv.post(
+        "/v1/completions", {"model": name, "prompt": prompt, "max_tokens": count, "temperature": 0, "ignore_eos": True, "logprobs": 1}
+    )
     assert status == 200, body
     logprobs = body["choices"][0]["logprobs"]
     return [int(t.split(":", 1)[1]) for t in logprobs["tokens"]], [float(x) for x in logprobs["token_logprobs"]]
@@ -174,8 +193,7 @@ def reference(mixtral, tmp_path_factory):
     (view / "config.json").write_text(json.dumps(config))
     author = author_record(mixtral)
     port = free_port()
-    srv = Server(ENGINE.serve_argv_vanilla(view, port) + GREEDY, ENGINE.env(),
-                 view.parent / "reference.log", port)
+    srv = Server(ENGINE.serve_argv_vanilla(view, port) + GREEDY, ENGINE.env(), view.parent / "reference.log", port)
     try:
         assert srv.wait_ready(), srv.log()[-3000:]
         return greedy(srv, str(view), author["reference_prompt"], len(author["reference_tokens"]))
@@ -184,21 +202,21 @@ def reference(mixtral, tmp_path_factory):
 
 
 def test_vanilla_engine_copy_dies_without_ixformer(engine_copy, mixtral, server):
-    srv = server(ENGINE.serve_argv_vanilla(mixtral, free_port()), ENGINE.env({"PYTHONPATH": str(engine_copy)}),
-                 "vanilla")
+    srv = server(ENGINE.serve_argv_vanilla(mixtral, free_port()), ENGINE.env({"PYTHONPATH": str(engine_copy)}), "vanilla")
     assert srv.wait_ready() is False
     assert srv.wait_exit() == FAILED_START_EXIT
     log = srv.log()
     assert "ModuleNotFoundError: No module named 'ixformer'" in log
     # The traceback runs through the copy's model file, at the vendor import.
     copy_file = str(engine_copy.joinpath("vllm", *MIXTRAL_FILE))
-    assert re.search(rf'File "{re.escape(copy_file)}", line \d+, in <module>\n[^\n]*{re.escape(VENDOR_IMPORT)}', log), \
-        log[-3000:]
+    assert re.search(rf'File "{re.escape(copy_file)}", line \d+, in <module>\n[^\n]*{re.escape(VENDOR_IMPORT)}', log), log[-3000:]
     code = triage_file(str(srv.log_path)).code
     if code == "unknown":
-        pytest.xfail("R7's log_signatures match only `No module named 'ixformer.contrib.vllm.layers'`; with no "
-                     "ixformer at all the log says `No module named 'ixformer'` (and `'ixformer.contrib'` or "
-                     "`'ixformer.contrib.vllm'` when only part of the package is missing)")
+        pytest.xfail(
+            "R7's log_signatures match only `No module named 'ixformer.contrib.vllm.layers'`; with no "
+            "ixformer at all the log says `No module named 'ixformer'` (and `'ixformer.contrib'` or "
+            "`'ixformer.contrib.vllm'` when only part of the package is missing)"
+        )
     assert code == "R7"
 
 
@@ -213,8 +231,7 @@ def test_launcher_r7_shim_serves_the_reference_tokens(engine_copy, mixtral, refe
 
     work = tmp_path / "work"
     port = free_port()
-    env = ENGINE.env({"MODEL_DIR": str(mixtral), "COMPAT_CARD": CARD, "COMPAT_WORK_DIR": str(work),
-                      "PYTHONPATH": str(engine_copy)})
+    env = ENGINE.env({"MODEL_DIR": str(mixtral), "COMPAT_CARD": CARD, "COMPAT_WORK_DIR": str(work), "PYTHONPATH": str(engine_copy)})
     srv = server(ENGINE.launcher_argv(port) + GREEDY, env, "launcher")
     assert srv.wait_ready(), srv.log()[-3000:]
     [report_path] = work.glob("run-*/report.json")
@@ -232,11 +249,19 @@ def test_launcher_r7_shim_serves_the_reference_tokens(engine_copy, mixtral, refe
     assert triage_file(str(srv.log_path)).code == "unknown"  # a healthy start is claimed by no rule
 
     # Under that PYTHONPATH the engine's Python finds the shim's module and the copy's vllm.
-    where = subprocess.run([str(ENGINE.python), "-c", "import importlib.util as u; "
-                            f"print(u.find_spec('{VENDOR_MODULE}').origin); "
-                            "print(u.find_spec('vllm').submodule_search_locations[0])"],
-                           check=True, capture_output=True, text=True,
-                           env=ENGINE.env(report["env"])).stdout.split()
+    where = subprocess.run(
+        [
+            str(ENGINE.python),
+            "-c",
+            "import importlib.util as u; "
+            f"print(u.find_spec('{VENDOR_MODULE}').origin); "
+            "print(u.find_spec('vllm').submodule_search_locations[0])",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=ENGINE.env(report["env"]),
+    ).stdout.split()
     assert where == [os.path.join(SHIM_DIR, "ixformer", "contrib", "vllm", "layers.py"), str(engine_copy / "vllm")]
 
     author = author_record(mixtral)

@@ -34,13 +34,12 @@ def server(tmp_path):
 
 
 def chat_and_complete(srv: Server, model: Path) -> None:
-    status, body = srv.post("/v1/chat/completions", {
-        "model": str(model), "max_tokens": 4, "temperature": 0,
-        "messages": [{"role": "user", "content": "hello"}]})
+    status, body = srv.post(
+        "/v1/chat/completions", {"model": str(model), "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "hello"}]}
+    )
     assert status == 200, body
     assert body["choices"][0]["message"]["role"] == "assistant"
-    status, body = srv.post("/v1/completions", {"model": str(model), "prompt": "hello world", "max_tokens": 4,
-                                                "temperature": 0})
+    status, body = srv.post("/v1/completions", {"model": str(model), "prompt": "hello world", "max_tokens": 4, "temperature": 0})
     assert status == 200, body
     assert body["usage"]["completion_tokens"] == 4
 
@@ -56,10 +55,13 @@ def triaged(path: Path) -> str:
     return triage_file(str(path)).code
 
 
-@pytest.mark.parametrize("variant, line, code", [
-    ("v5-generic", "ValueError: Tokenizer class TokenizersBackend does not exist or is not currently imported.", "R3b"),
-    ("v5-qwen2", "AttributeError: 'list' object has no attribute 'keys'", "R3"),
-])
+@pytest.mark.parametrize(
+    "variant, line, code",
+    [
+        ("v5-generic", "ValueError: Tokenizer class TokenizersBackend does not exist or is not currently imported.", "R3b"),
+        ("v5-qwen2", "AttributeError: 'list' object has no attribute 'keys'", "R3"),
+    ],
+)
 def test_vanilla_vllm_fails_on_transformers5_tokenizer(served_models, server, variant, line, code):
     model = served_models(variant)
     port = free_port()
@@ -116,22 +118,41 @@ def proof_models(tmp_path_factory):
         # Saved by transformers 5 with rope_theta 1e6: only inside rope_parameters.
         "rope": build("v5", "generic", base / "rope", "--initializer-range", "0.1", "--reference-tokens", "16"),
         # A clean 4.57 Llama exported under a class name neither vLLM nor transformers knows.
-        "arch": build("457", "generic", base / "arch", "--initializer-range", "0.1", "--reference-tokens", "16",
-                      "--architecture", "TinyChatForCausalLM"),
+        "arch": build(
+            "457",
+            "generic",
+            base / "arch",
+            "--initializer-range",
+            "0.1",
+            "--reference-tokens",
+            "16",
+            "--architecture",
+            "TinyChatForCausalLM",
+        ),
     }
 
 
 def greedy_tokens(srv: Server, model: Path, prompt, count: int):
-    status, body = srv.post("/v1/completions", {
-        "model": str(model), "prompt": prompt, "max_tokens": count, "temperature": 0, "ignore_eos": True,
-        "logprobs": 1, "return_tokens_as_token_ids": True})
+    status, body = srv.post(
+        "/v1/completions",
+        {
+            "model": str(model),
+            "prompt": prompt,
+            "max_tokens": count,
+            "temperature": 0,
+            "ignore_eos": True,
+            "logprobs": 1,
+            "return_tokens_as_token_ids": True,
+        },
+    )
     assert status == 200, body
     return [int(t.split(":", 1)[1]) for t in body["choices"][0]["logprobs"]["tokens"]]
 
 
 def chat(srv: Server, model: Path):
-    return srv.post("/v1/chat/completions", {"model": str(model), "max_tokens": 4, "temperature": 0,
-                                             "messages": [{"role": "user", "content": "hello"}]})
+    return srv.post(
+        "/v1/chat/completions", {"model": str(model), "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "hello"}]}
+    )
 
 
 def test_r2_chat_without_template_400_vanilla_200_through_launcher(served_models, server, tmp_path):
@@ -180,8 +201,7 @@ def test_r4_canonical_class_greedy_tokens_match_transformers(proof_models, serve
     assert triaged(vanilla.log_path) == "R4"
     srv, _, report = serve_through_launcher(server, model, tmp_path / "work", GREEDY)
     assert [r["code"] for r in report["repairs"]] == ["R4"]
-    assert json.loads(report["args"][report["args"].index("--hf-overrides") + 1]) == {
-        "architectures": ["LlamaForCausalLM"]}
+    assert json.loads(report["args"][report["args"].index("--hf-overrides") + 1]) == {"architectures": ["LlamaForCausalLM"]}
     got = greedy_tokens(srv, model, author["reference_prompt"], len(author["reference_tokens"]))
     assert got == author["reference_tokens"]
 

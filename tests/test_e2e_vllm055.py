@@ -75,8 +75,9 @@ RECIPES = {
     "clean": lambda d: build_455("generic", d),
     # A Llama saved by 4.55.4 and exported under a class name no one knows, with the greedy tokens
     # of the same weights under the canonical class (transformers loads it by model_type).
-    "renamed-ref": lambda d: build_455("generic", d, "--architecture", "TinyChatForCausalLM", "--initializer-range", "0.1",
-                                       "--reference-tokens", "16"),
+    "renamed-ref": lambda d: build_455(
+        "generic", d, "--architecture", "TinyChatForCausalLM", "--initializer-range", "0.1", "--reference-tokens", "16"
+    ),
 }
 
 
@@ -306,14 +307,26 @@ def test_the_plan_says_before_start_that_qwen3_needs_a_newer_engine(bi100_models
     model = bi100_models("qwen3")
     env = dict(ENGINE.env(), COMPAT_ENGINE_PYTHON=str(ENGINE.python), COMPAT_WORK_DIR=str(tmp_path / "work"))
     root = Path(__file__).resolve().parents[1]
-    plan = subprocess.run([str(ENGINE.python), "-m", "common", "preflight", str(model), "--card", CARD, "--json"],
-                          cwd=str(root), env=env, capture_output=True, text=True, timeout=300)
+    plan = subprocess.run(
+        [str(ENGINE.python), "-m", "common", "preflight", str(model), "--card", CARD, "--json"],
+        cwd=str(root),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     data = json.loads(plan.stdout)
     [finding] = [f for f in data["findings"] if f["code"] == "R4"]
     assert finding["severity"] == "error" and "Qwen3ForCausalLM" in finding["message"] and "newer engine" in finding["message"]
     assert data["args"] == [] and data["view"] is None
-    doctor = subprocess.run([str(ENGINE.python), "-m", "common", "doctor", str(model), "--card", CARD],
-                            cwd=str(root), env=env, capture_output=True, text=True, timeout=300)
+    doctor = subprocess.run(
+        [str(ENGINE.python), "-m", "common", "doctor", str(model), "--card", CARD],
+        cwd=str(root),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert doctor.returncode == 1 and "verdict: this model will fail on iluvatar-bi100" in doctor.stdout
 
 

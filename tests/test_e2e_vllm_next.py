@@ -145,11 +145,21 @@ def test_doctor_recommends_the_variant_that_starts_a_new_architecture(gemma4, tm
     Gemma 4 model fails on 0.11 (its transformers lacks the model type) and starts on @next."""
     import subprocess
 
-    env = dict(ENGINE_0110.env(), COMPAT_ENGINE_PYTHON=str(ENGINE_0110.python),
-               COMPAT_ENGINE_PYTHON_NEXT=str(ENGINE_NEXT.python), COMPAT_WORK_DIR=str(tmp_path / "work"))
+    env = dict(
+        ENGINE_0110.env(),
+        COMPAT_ENGINE_PYTHON=str(ENGINE_0110.python),
+        COMPAT_ENGINE_PYTHON_NEXT=str(ENGINE_NEXT.python),
+        COMPAT_WORK_DIR=str(tmp_path / "work"),
+    )
     root = Path(__file__).resolve().parents[1]
-    result = subprocess.run([str(ENGINE_0110.python), "-m", "common", "doctor", str(gemma4), "--card", "nv-a100",
-                             "--json"], cwd=str(root), env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [str(ENGINE_0110.python), "-m", "common", "doctor", str(gemma4), "--card", "nv-a100", "--json"],
+        cwd=str(root),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     data = json.loads(result.stdout)
     assert result.returncode == 0 and data["recommended"] == "nv-a100@next", result.stderr[-2000:]
     assert data["variants"]["nv-a100"]["verdict"] == "fails" and "CONFIG" in data["variants"]["nv-a100"]["failing"]

@@ -53,9 +53,13 @@ class Index:
                 if self.path == "/simple/demo-pkg/":
                     sha = listed_sha or SHA
                     if json_api:
-                        body = json.dumps({"meta": {"api-version": "1.0"}, "name": "demo-pkg", "files": [
-                            {"filename": name, "url": f"../../files/{name}", "hashes": {"sha256": sha}} for name in files
-                        ]}).encode()
+                        body = json.dumps(
+                            {
+                                "meta": {"api-version": "1.0"},
+                                "name": "demo-pkg",
+                                "files": [{"filename": name, "url": f"../../files/{name}", "hashes": {"sha256": sha}} for name in files],
+                            }
+                        ).encode()
                         kind = "application/vnd.pypi.simple.v1+json"
                     else:
                         body = "".join(f'<a href="../../files/{n}#sha256={sha}">{n}</a>\n' for n in files).encode()
@@ -159,14 +163,17 @@ def test_no_index_with_the_file_is_one_clear_error(tmp_path):
     (vLLM 0.5.5), which this index lacks: exit 1 with one sentence naming the indexes searched
     and what to do."""
     index = Index(["other-2.0.tar.gz"])
-    env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL=index.url,
-               PIP_EXTRA_INDEX_URL="", XDG_CACHE_HOME=str(tmp_path))
+    env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL=index.url, PIP_EXTRA_INDEX_URL="", XDG_CACHE_HOME=str(tmp_path))
     try:
-        result = subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_upstream.py"), "--archive", "vllm-0_5_5"],
-                                capture_output=True, text=True, env=env, timeout=120)
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "fetch_upstream.py"), "--archive", "vllm-0_5_5"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
     finally:
         index.close()
     assert result.returncode == 1 and result.stdout == "" and "Traceback" not in result.stderr
-    assert result.stderr.startswith("fetch_upstream: vllm-0_5_5: vllm-0.5.5.tar.gz was found on none of pip's indexes: "
-                                    f"{index.url} (")
+    assert result.stderr.startswith(f"fetch_upstream: vllm-0_5_5: vllm-0.5.5.tar.gz was found on none of pip's indexes: {index.url} (")
     assert "Point PIP_INDEX_URL" in result.stderr and "sha256 14abe332" in result.stderr

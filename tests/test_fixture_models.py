@@ -9,8 +9,7 @@ from tests.fixtures.committed import COMMITTED, VARIANTS, generate
 from tests.fixtures.factory import AUTHOR_PYTHON
 
 
-@pytest.mark.skipif(not all(p.exists() for p in AUTHOR_PYTHON.values()),
-                    reason="needs .venv-author and .venv: run `make author-env venv`")
+@pytest.mark.skipif(not all(p.exists() for p in AUTHOR_PYTHON.values()), reason="needs .venv-author and .venv: run `make author-env venv`")
 def test_committed_fixture_models_match_a_fresh_generation(tmp_path):
     fresh = generate(tmp_path / "models")
 

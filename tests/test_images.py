@@ -50,8 +50,12 @@ def test_rendered_context_is_complete_and_lint_clean(tmp_path, card):
     text = (ctx / "Dockerfile").read_text()
     assert text.startswith("# Rendered by `make render`")
     assert f"ARG BASE_IMAGE={entry.base_image}\nFROM ${{BASE_IMAGE}}\n" in text
-    for label in ('org.opencontainers.image.version="${VERSION}"', 'org.opencontainers.image.revision="${REVISION}"',
-                  f'io.enginex.card="{card}"', f'io.enginex.vllm-version="{entry.vllm}"'):
+    for label in (
+        'org.opencontainers.image.version="${VERSION}"',
+        'org.opencontainers.image.revision="${REVISION}"',
+        f'io.enginex.card="{card}"',
+        f'io.enginex.vllm-version="{entry.vllm}"',
+    ):
         assert label in text
     assert text.rstrip().endswith(f'ENTRYPOINT ["{HOME}/entrypoint.sh"]')
     # Rarely-changing layers first: every patch and the profile step come before the runtime package.
@@ -73,15 +77,15 @@ def test_rendered_context_is_complete_and_lint_clean(tmp_path, card):
         assert (ctx / "selftest" / "models" / model / "config.json").is_file()
     assert f"COPY selftest/ {HOME}/selftest/" in lines
     assert os.access(ctx / "entrypoint.sh", os.X_OK)
-    lint = subprocess.run([str(BIN / "hadolint"), "--failure-threshold", "error", str(ctx / "Dockerfile")],
-                          capture_output=True, text=True)
+    lint = subprocess.run([str(BIN / "hadolint"), "--failure-threshold", "error", str(ctx / "Dockerfile")], capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
 def profile_of(image_root: Path, card: str):
     home = image_root / HOME.lstrip("/")
     return json.loads((home / "common" / "profiles" / f"{card}.json").read_text()), (
-        home / "common" / "profiles" / "IMAGE_CARD").read_text().strip()
+        home / "common" / "profiles" / "IMAGE_CARD"
+    ).read_text().strip()
 
 
 def assert_steps_passed(results):
@@ -116,10 +120,14 @@ def test_the_built_layout_starts_a_model_through_its_entrypoint(tmp_path, models
     script, called = fake_vllm
     model = models("v5-qwen2")
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPAT_") and k != "PYTHONPATH"}
-    env.update(PATH=f"{script.parent}{os.pathsep}{env['PATH']}", MODEL_DIR=str(model), COMPAT_HOME=str(home),
-               COMPAT_PYTHON=str(ENGINE / "bin" / "python"), COMPAT_WORK_DIR=str(tmp_path / "work"))
-    proc = subprocess.run(["bash", str(home / "entrypoint.sh"), "--port", "8000"], env=env, capture_output=True,
-                          text=True, timeout=300)
+    env.update(
+        PATH=f"{script.parent}{os.pathsep}{env['PATH']}",
+        MODEL_DIR=str(model),
+        COMPAT_HOME=str(home),
+        COMPAT_PYTHON=str(ENGINE / "bin" / "python"),
+        COMPAT_WORK_DIR=str(tmp_path / "work"),
+    )
+    proc = subprocess.run(["bash", str(home / "entrypoint.sh"), "--port", "8000"], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     argv = called()["argv"]
     assert argv[1:4] == ["serve", str(model), "--tokenizer"] and argv[-2:] == ["--port", "8000"]
@@ -212,7 +220,7 @@ def test_task_info_disagreement_is_caught(tmp_path):
         path.parent.mkdir(exist_ok=True)
         path.write_text(task_info.task_info(m, card))
     assert task_info.stale_cards(m, str(tmp_path)) == []
-    edited = (tmp_path / "nv-a100" / "task_info.env")
+    edited = tmp_path / "nv-a100" / "task_info.env"
     edited.write_text(edited.read_text().replace("GPU_TYPE=nvidia_a100", "GPU_TYPE=A100"))
     (tmp_path / "hygon-k100" / "task_info.env").unlink()
     assert task_info.stale_cards(m, str(tmp_path)) == ["hygon-k100", "nv-a100"]
@@ -221,8 +229,7 @@ def test_task_info_disagreement_is_caught(tmp_path):
 def python_module(*args, env=None):
     env = dict(os.environ, **(env or {}))
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    return subprocess.run([sys.executable, "-m", *args], cwd=str(ROOT), capture_output=True, text=True, env=env,
-                          timeout=600)
+    return subprocess.run([sys.executable, "-m", *args], cwd=str(ROOT), capture_output=True, text=True, env=env, timeout=600)
 
 
 def test_build_without_a_daemon_says_so_in_one_sentence():
@@ -247,8 +254,12 @@ def build_with(chunks, *args):
 
 
 def test_build_streams_tags_and_sends_the_rendered_context():
-    chunks = [{"stream": "Step 1/12 : ARG BASE_IMAGE=x\n"}, {"stream": " ---> abc\n"},
-              {"aux": {"ID": "sha256:feed"}}, {"stream": "Successfully built feed\n"}]
+    chunks = [
+        {"stream": "Step 1/12 : ARG BASE_IMAGE=x\n"},
+        {"stream": " ---> abc\n"},
+        {"aux": {"ID": "sha256:feed"}},
+        {"stream": "Successfully built feed\n"},
+    ]
     result, builds = build_with(chunks, "iluvatar-bi100", "--version", "v1.2.3", "--revision", "abc123")
     assert result.returncode == 0, result.stderr
     assert "Step 1/12 : ARG BASE_IMAGE=x" in result.stdout
@@ -267,10 +278,12 @@ def test_build_base_image_override():
 
 
 def test_failing_step_shows_its_log_without_a_traceback():
-    chunks = [{"stream": "Step 1/12 : ARG BASE_IMAGE=x\n"},
-              {"stream": "Step 6/12 : RUN PYTHONPATH=/opt/enginex-compat python3 -m compat_build.image_steps.apply_patches L1\n"},
-              {"stream": "L1 FAILED: transformers.tokenization_utils_base: anchor missing\n"},
-              {"error": "The command '/bin/sh -c ...' returned a non-zero code: 1"}]
+    chunks = [
+        {"stream": "Step 1/12 : ARG BASE_IMAGE=x\n"},
+        {"stream": "Step 6/12 : RUN PYTHONPATH=/opt/enginex-compat python3 -m compat_build.image_steps.apply_patches L1\n"},
+        {"stream": "L1 FAILED: transformers.tokenization_utils_base: anchor missing\n"},
+        {"error": "The command '/bin/sh -c ...' returned a non-zero code: 1"},
+    ]
     result, _ = build_with(chunks, "hygon-k100")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "hygon-k100: build step failed: Step 6/12" in result.stderr
@@ -278,8 +291,11 @@ def test_failing_step_shows_its_log_without_a_traceback():
 
 
 def test_unpullable_base_image_is_named():
-    chunks = [{"stream": "Step 1/12 : ARG BASE_IMAGE=x\n"}, {"stream": "Step 2/12 : FROM ${BASE_IMAGE}\n"},
-              {"error": "pull access denied for harbor.4pd.io/dooke/vllm/vllm/vllm-openai, repository does not exist"}]
+    chunks = [
+        {"stream": "Step 1/12 : ARG BASE_IMAGE=x\n"},
+        {"stream": "Step 2/12 : FROM ${BASE_IMAGE}\n"},
+        {"error": "pull access denied for harbor.4pd.io/dooke/vllm/vllm/vllm-openai, repository does not exist"},
+    ]
     result, _ = build_with(chunks, "nv-a100")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "the base image harbor.4pd.io/dooke/vllm/vllm/vllm-openai:v0.11.0 cannot be pulled" in result.stderr
@@ -297,8 +313,16 @@ def test_workflow_builds_every_card_on_v_tags_with_secrets_only():
     assert image_job["strategy"]["fail-fast"] is False
     assert image_job["strategy"]["matrix"]["card"] == "${{ fromJSON(needs.matrix.outputs.cards) }}"
     steps = " ".join(json.dumps(s) for s in image_job["steps"])
-    order = ["task_info.env", "release validate", "docker login", "compat_build.build", "release selftest",
-             "release push", "release register", "release summary"]
+    order = [
+        "task_info.env",
+        "release validate",
+        "docker login",
+        "compat_build.build",
+        "release selftest",
+        "release push",
+        "release register",
+        "release summary",
+    ]
     positions = [steps.index(marker) for marker in order]
     assert positions == sorted(positions)
     assert "https://modelhub.org.cn" in flow["env"]["MODELHUB_API"]
@@ -320,8 +344,13 @@ def test_workflow_gates_the_push_on_the_selftest_and_registers_the_pushed_digest
         [i] = [i for i, run in enumerate(runs) if marker in run]
         return i
 
-    build, gate, push, register, summary = (at("compat_build.build"), at("release selftest"), at("release push"),
-                                            at("release register"), at("release summary"))
+    build, gate, push, register, summary = (
+        at("compat_build.build"),
+        at("release selftest"),
+        at("release push"),
+        at("release register"),
+        at("release summary"),
+    )
     assert build < gate < push < register < summary
     assert all("if" not in steps[i] for i in range(summary))  # a failed step stops everything up to the summary
     assert '--report "$RUNNER_TEMP/selftest.json"' in runs[gate]
@@ -353,23 +382,29 @@ def test_matrix_output_lists_the_manifest_cards():
 def test_workflow_steps_before_install_need_only_the_standard_library():
     """The matrix job installs nothing: its step must run on a bare Python (-S: no site-packages)."""
     for args in (["matrix"], ["image", "nv-a100", "v1.0.0"]):
-        result = subprocess.run([sys.executable, "-S", "-m", "compat_build.release", *args], cwd=str(ROOT),
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-S", "-m", "compat_build.release", *args], cwd=str(ROOT), capture_output=True, text=True, timeout=60
+        )
         assert result.returncode == 0, result.stderr
 
 
 def test_release_check_runs_every_local_step():
-    result = python_module("compat_build.release", "check", "--out", str(ROOT / "build" / "release-check"),
-                           env={"DOCKER_HOST": f"tcp://127.0.0.1:{free_port()}", "MODELHUB_TOKEN": ""})
+    result = python_module(
+        "compat_build.release",
+        "check",
+        "--out",
+        str(ROOT / "build" / "release-check"),
+        env={"DOCKER_HOST": f"tcp://127.0.0.1:{free_port()}", "MODELHUB_TOKEN": ""},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     for card in CARDS:
         assert f"ok   {card}: hadolint" in result.stdout and f"ok   {card}: COPY sources exist" in result.stdout
     assert "ok   actionlint" in result.stdout and "ok   shellcheck" in result.stdout
     assert "skip platform validate: MODELHUB_TOKEN is not set" in result.stdout
-    assert "skip docker build and self-test (the release gate, `docker run --rm IMAGE selftest`): no Docker daemon" in (
-        result.stdout)
-    assert result.stdout.rstrip().endswith("release-check: the steps run here passed; NOT run here: platform validate, "
-                                           "docker build and self-test (no Docker daemon)")
+    assert "skip docker build and self-test (the release gate, `docker run --rm IMAGE selftest`): no Docker daemon" in (result.stdout)
+    assert result.stdout.rstrip().endswith(
+        "release-check: the steps run here passed; NOT run here: platform validate, docker build and self-test (no Docker daemon)"
+    )
 
 
 def test_release_validate_and_register_against_a_local_platform(platform):
@@ -377,8 +412,13 @@ def test_release_validate_and_register_against_a_local_platform(platform):
     from tests.conftest import TOKEN
 
     api = platform["client"].api_base
-    env = {"MODELHUB_API": api, "MODELHUB_TOKEN": TOKEN, "GITHUB_ACTOR": "ci-bot",
-           "GITHUB_SERVER_URL": "https://git.example", "GITHUB_REPOSITORY": "team/enginex-compat"}
+    env = {
+        "MODELHUB_API": api,
+        "MODELHUB_TOKEN": TOKEN,
+        "GITHUB_ACTOR": "ci-bot",
+        "GITHUB_SERVER_URL": "https://git.example",
+        "GITHUB_REPOSITORY": "team/enginex-compat",
+    }
     ok = python_module("compat_build.release", "validate", "hygon-k100", env=env)
     assert ok.returncode == 0, ok.stderr
     assert platform["requests"][0][1] == "/adminApi/image-verify/validate?gpuType=hygon_k100-ai&taskType=text-generation"
@@ -386,8 +426,14 @@ def test_release_validate_and_register_against_a_local_platform(platform):
     reg = python_module("compat_build.release", "register", "hygon-k100", ref, env=env)
     assert reg.returncode == 0, reg.stderr
     assert json.loads(platform["requests"][1][3]) == {
-        "framework": "vllm_compat", "gpuType": "hygon_k100-ai", "imageUrl": ref, "taskType": "text-generation",
-        "createBy": "ci-bot", "repoUrl": "https://git.example/team/enginex-compat", "tag": "v1.0.0"}
+        "framework": "vllm_compat",
+        "gpuType": "hygon_k100-ai",
+        "imageUrl": ref,
+        "taskType": "text-generation",
+        "createBy": "ci-bot",
+        "repoUrl": "https://git.example/team/enginex-compat",
+        "tag": "v1.0.0",
+    }
     platform["script"] = [(200, {"code": 0, "data": False})]
     refused = python_module("compat_build.release", "validate", "nv-a100", env=env)
     assert refused.returncode == 1 and "does not accept gpuType='nvidia_a100'" in refused.stderr
@@ -404,11 +450,13 @@ REF = manifest.image_ref(manifest.load(), "nv-a100", VERSION)
 REPOSITORY = REF.rsplit(":", 1)[0]
 IMAGE_ID = "sha256:" + "1" * 64
 DIGEST = "sha256:" + "d" * 64
-PUSHED = [{"status": f"The push refers to repository [{REPOSITORY}]"},
-          {"status": "Preparing", "progressDetail": {}, "id": "5f70bf18a086"},
-          {"status": "Pushed", "progressDetail": {}, "id": "5f70bf18a086"},
-          {"status": f"{VERSION}: digest: {DIGEST} size: 1234"},
-          {"progressDetail": {}, "aux": {"Tag": VERSION, "Digest": DIGEST, "Size": 1234}}]
+PUSHED = [
+    {"status": f"The push refers to repository [{REPOSITORY}]"},
+    {"status": "Preparing", "progressDetail": {}, "id": "5f70bf18a086"},
+    {"status": "Pushed", "progressDetail": {}, "id": "5f70bf18a086"},
+    {"status": f"{VERSION}: digest: {DIGEST} size: 1234"},
+    {"progressDetail": {}, "aux": {"Tag": VERSION, "Digest": DIGEST, "Size": 1234}},
+]
 
 
 @pytest.fixture(scope="module")
@@ -431,19 +479,18 @@ def container_runner(home: Path):
     the command, on the image's Python (the engine venv's), with nothing of this checkout around."""
 
     def run(image, command):
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("COMPAT_") and k not in ("PYTHONPATH", "VIRTUAL_ENV", "MODEL_DIR")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("COMPAT_") and k not in ("PYTHONPATH", "VIRTUAL_ENV", "MODEL_DIR")}
         env.update(COMPAT_HOME=str(home), COMPAT_PYTHON=str(ENGINE / "bin" / "python"), HF_HUB_OFFLINE="1")
-        proc = subprocess.run([str(home / "entrypoint.sh"), *command], env=env, capture_output=True, cwd="/",
-                              timeout=900)
+        proc = subprocess.run([str(home / "entrypoint.sh"), *command], env=env, capture_output=True, cwd="/", timeout=900)
         return proc.returncode, proc.stdout, proc.stderr
 
     return run
 
 
 def docker_with(home: Path, label: str = "nv-a100") -> DockerAPI:
-    return DockerAPI([], runner=container_runner(home), push_chunks=PUSHED,
-                     images={REF: {"Id": IMAGE_ID, "Labels": {"io.enginex.card": label}}})
+    return DockerAPI(
+        [], runner=container_runner(home), push_chunks=PUSHED, images={REF: {"Id": IMAGE_ID, "Labels": {"io.enginex.card": label}}}
+    )
 
 
 def release_step(api: DockerAPI, *args):
@@ -456,8 +503,14 @@ def test_users_run_the_selftest_with_the_images_entrypoint(built_nv_a100):
     lines = out.decode().splitlines()
     assert rc == 0, out.decode() + err.decode()
     assert [line.split(":")[0] for line in lines] == [
-        "ok   python", "ok   import", "ok   profile", "ok   v5-generic", "ok   457-generic", "ok   models",
-        "selftest"]
+        "ok   python",
+        "ok   import",
+        "ok   profile",
+        "ok   v5-generic",
+        "ok   457-generic",
+        "ok   models",
+        "selftest",
+    ]
     assert lines[2].startswith("ok   profile: nv-a100: vLLM 0.11.0, transformers 4.57.6")
     assert lines[-1] == "selftest: passed (6/6 checks)"
 
@@ -476,8 +529,7 @@ def test_release_gate_then_push_and_register_the_tested_digest(built_nv_a100, tm
         pushed = release_step(api, "push", "nv-a100", VERSION, "--tested", str(report))
     finally:
         api.close()
-    for check in ("python", "import", "profile: nv-a100", "v5-generic: repairs R3, R3b", "457-generic: nothing added",
-                  "models"):
+    for check in ("python", "import", "profile: nv-a100", "v5-generic: repairs R3, R3b", "457-generic: nothing added", "models"):
         assert f"ok   nv-a100 selftest {check}" in gate.stdout, gate.stdout
     tested = json.loads(report.read_text())
     assert tested["passed"] and tested["image_id"] == IMAGE_ID and tested["image"] == REF
@@ -491,16 +543,26 @@ def test_release_gate_then_push_and_register_the_tested_digest(built_nv_a100, tm
     assert [(p["name"], p["tag"]) for p in api.pushes] == [(REPOSITORY, VERSION)]
     assert f"{VERSION}: digest: {DIGEST}" in pushed.stderr and "Preparing" not in pushed.stderr
     # The registration: the digest as the image, the version in the tag field.
-    env = {"MODELHUB_API": platform["client"].api_base, "MODELHUB_TOKEN": TOKEN, "GITHUB_ACTOR": "ci-bot",
-           "GITHUB_SERVER_URL": "https://git.example", "GITHUB_REPOSITORY": "team/enginex-compat"}
+    env = {
+        "MODELHUB_API": platform["client"].api_base,
+        "MODELHUB_TOKEN": TOKEN,
+        "GITHUB_ACTOR": "ci-bot",
+        "GITHUB_SERVER_URL": "https://git.example",
+        "GITHUB_REPOSITORY": "team/enginex-compat",
+    }
     reg = python_module("compat_build.release", "register", "nv-a100", ref, "--tag", VERSION, env=env)
     assert reg.returncode == 0, reg.stderr
     assert json.loads(platform["requests"][0][3]) == {
-        "framework": "vllm_compat", "gpuType": "nvidia_a100", "imageUrl": ref, "taskType": "text-generation",
-        "createBy": "ci-bot", "repoUrl": "https://git.example/team/enginex-compat", "tag": VERSION}
+        "framework": "vllm_compat",
+        "gpuType": "nvidia_a100",
+        "imageUrl": ref,
+        "taskType": "text-generation",
+        "createBy": "ci-bot",
+        "repoUrl": "https://git.example/team/enginex-compat",
+        "tag": VERSION,
+    }
     # The job's summary: card, digest, what the self-test saw.
-    summary = python_module("compat_build.release", "summary", "nv-a100", "--report", str(report), "--ref", ref,
-                            "--tag", VERSION)
+    summary = python_module("compat_build.release", "summary", "nv-a100", "--report", str(report), "--ref", ref, "--tag", VERSION)
     assert summary.returncode == 0, summary.stderr
     text = summary.stdout
     assert text.startswith("### nv-a100\n") and f"| registered | `{ref}` |" in text
@@ -518,11 +580,14 @@ def _broken_runtime_package(home: Path) -> None:
         fh.write("\nthis is not python(\n")
 
 
-@pytest.mark.parametrize("breakage, label, failed", [
-    (_profile_of_another_card, "nv-a100", ["profile"]),
-    (_broken_runtime_package, "nv-a100", ["import", "v5-generic", "457-generic"]),
-    (None, "hygon-k100", []),  # the image is labelled for another card: not even started
-])
+@pytest.mark.parametrize(
+    "breakage, label, failed",
+    [
+        (_profile_of_another_card, "nv-a100", ["profile"]),
+        (_broken_runtime_package, "nv-a100", ["import", "v5-generic", "457-generic"]),
+        (None, "hygon-k100", []),  # the image is labelled for another card: not even started
+    ],
+)
 def test_a_failing_selftest_stops_the_push(built_nv_a100, tmp_path, breakage, label, failed):
     home = image_copy(built_nv_a100, tmp_path)
     if breakage:
@@ -545,19 +610,24 @@ def test_a_failing_selftest_stops_the_push(built_nv_a100, tmp_path, breakage, la
 
 
 def _tested(tmp_path: Path, **changes) -> Path:
-    report = {"card": "nv-a100", "image": REF, "image_id": IMAGE_ID, "passed": True, "problem": "", "checks": [],
-              "models": {}}
+    report = {"card": "nv-a100", "image": REF, "image_id": IMAGE_ID, "passed": True, "problem": "", "checks": [], "models": {}}
     path = tmp_path / "selftest.json"
     path.write_text(json.dumps(dict(report, **changes)))
     return path
 
 
-@pytest.mark.parametrize("image, chunks, needle", [
-    ({"Id": "sha256:" + "2" * 64}, PUSHED, "is now image sha256:2222"),  # retagged after the self-test
-    ({"Id": IMAGE_ID}, [{"status": "Preparing"}, {"error": "unauthorized: authentication required"}],
-     "push of " + REF + " failed: unauthorized"),
-    ({"Id": IMAGE_ID}, [{"status": "Pushed"}], "did not report a digest"),
-])
+@pytest.mark.parametrize(
+    "image, chunks, needle",
+    [
+        ({"Id": "sha256:" + "2" * 64}, PUSHED, "is now image sha256:2222"),  # retagged after the self-test
+        (
+            {"Id": IMAGE_ID},
+            [{"status": "Preparing"}, {"error": "unauthorized: authentication required"}],
+            "push of " + REF + " failed: unauthorized",
+        ),
+        ({"Id": IMAGE_ID}, [{"status": "Pushed"}], "did not report a digest"),
+    ],
+)
 def test_push_refuses_what_it_cannot_vouch_for(tmp_path, image, chunks, needle):
     api = DockerAPI([], images={REF: image}, push_chunks=chunks)
     try:
@@ -580,12 +650,15 @@ def test_push_reads_the_digest_the_daemon_recorded_when_the_stream_has_none(tmp_
     assert missing.returncode == 1 and "the self-test step must pass first" in missing.stderr
 
 
-@pytest.mark.parametrize("ref, parts", [
-    ("harbor.4pd.io/team/img:v1", ("harbor.4pd.io/team/img", "v1", "")),
-    ("harbor.4pd.io/team/img@sha256:ab", ("harbor.4pd.io/team/img", "", "sha256:ab")),
-    ("localhost:5000/img:v1@sha256:ab", ("localhost:5000/img", "v1", "sha256:ab")),
-    ("localhost:5000/img", ("localhost:5000/img", "", "")),
-])
+@pytest.mark.parametrize(
+    "ref, parts",
+    [
+        ("harbor.4pd.io/team/img:v1", ("harbor.4pd.io/team/img", "v1", "")),
+        ("harbor.4pd.io/team/img@sha256:ab", ("harbor.4pd.io/team/img", "", "sha256:ab")),
+        ("localhost:5000/img:v1@sha256:ab", ("localhost:5000/img", "v1", "sha256:ab")),
+        ("localhost:5000/img", ("localhost:5000/img", "", "")),
+    ],
+)
 def test_split_ref(ref, parts):
     assert release.split_ref(ref) == parts
 
@@ -605,8 +678,12 @@ def test_selftest_output_is_found_after_other_lines():
 
 
 def test_summary_of_a_job_that_stopped_early(tmp_path):
-    failed = _tested(tmp_path, passed=False, problem="exit 1, failed checks: profile",
-                     checks=[{"name": "profile", "ok": False, "detail": "baked for card 'hygon-k100'"}])
+    failed = _tested(
+        tmp_path,
+        passed=False,
+        problem="exit 1, failed checks: profile",
+        checks=[{"name": "profile", "ok": False, "detail": "baked for card 'hygon-k100'"}],
+    )
     result = python_module("compat_build.release", "summary", "nv-a100", "--report", str(failed), "--tag", VERSION)
     assert "| registered | nothing (the job stopped before) |" in result.stdout
     assert "| self-test | FAILED: exit 1, failed checks: profile (0/1 checks) |" in result.stdout
@@ -625,15 +702,27 @@ def test_release_check_with_a_daemon_builds_and_self_tests_every_card():
     def run(image, command):
         card = command[2]
         ok = card != "hygon-k100"
-        report = {"passed": ok, "card": card, "models": {},
-                  "checks": [{"name": "profile", "ok": ok, "detail": card if ok else "baked for another card"}]}
+        report = {
+            "passed": ok,
+            "card": card,
+            "models": {},
+            "checks": [{"name": "profile", "ok": ok, "detail": card if ok else "baked for another card"}],
+        }
         return (0 if ok else 1), json.dumps(report).encode(), b""
 
-    api = DockerAPI([{"aux": {"ID": "sha256:" + "3" * 64}}], runner=run,
-                    images={tag: {"Id": "sha256:" + "3" * 64, "Labels": {"io.enginex.card": card}} for card, tag in tags.items()})
+    api = DockerAPI(
+        [{"aux": {"ID": "sha256:" + "3" * 64}}],
+        runner=run,
+        images={tag: {"Id": "sha256:" + "3" * 64, "Labels": {"io.enginex.card": card}} for card, tag in tags.items()},
+    )
     try:
-        result = python_module("compat_build.release", "check", "--out", str(ROOT / "build" / "release-check"),
-                               env={"DOCKER_HOST": api.url, "MODELHUB_TOKEN": ""})
+        result = python_module(
+            "compat_build.release",
+            "check",
+            "--out",
+            str(ROOT / "build" / "release-check"),
+            env={"DOCKER_HOST": api.url, "MODELHUB_TOKEN": ""},
+        )
     finally:
         api.close()
     assert result.returncode == 1, result.stdout + result.stderr
@@ -641,7 +730,8 @@ def test_release_check_with_a_daemon_builds_and_self_tests_every_card():
     assert [c["spec"]["Cmd"] for c in api.containers.values()] == [["selftest", "--card", c, "--json"] for c in names]
     for card in ("iluvatar-bi100", "nv-a100"):
         assert f"ok   {card}: docker build" in result.stdout and f"ok   {card}: selftest: docker run --rm {tags[card]} selftest" in (
-            result.stdout)
+            result.stdout
+        )
     assert "FAIL hygon-k100 selftest profile: baked for another card" in result.stdout
     assert f"FAIL hygon-k100: selftest: hygon-k100: {tags['hygon-k100']} failed its self-test" in result.stdout
     assert result.stdout.rstrip().endswith("release-check: FAILED: hygon-k100: selftest")

@@ -24,9 +24,13 @@ def vendor_tree(tmp_path):
 
 def run_step(site, ops=OPS):
     """As the image build runs it: a module of the build steps, the image's packages on the path."""
-    return subprocess.run([sys.executable, "-m", "compat_build.image_steps.install_patched_ops", str(ops),
-                           "ixformer.functions"], env={"PYTHONPATH": f"{ROOT}{os.pathsep}{site}"}, cwd=str(ROOT),
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "compat_build.image_steps.install_patched_ops", str(ops), "ixformer.functions"],
+        env={"PYTHONPATH": f"{ROOT}{os.pathsep}{site}"},
+        cwd=str(ROOT),
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_installs_exports_and_second_run_changes_nothing(tmp_path):
@@ -42,8 +46,13 @@ def test_installs_exports_and_second_run_changes_nothing(tmp_path):
     second = run_step(site)
     assert second.returncode == 0 and "gelu_tanh_and_mul: unchanged" in second.stdout
     assert {p.name: p.read_bytes() for p in pkg.iterdir()} == snapshot
-    out = subprocess.run([sys.executable, "-c", "import ixformer.functions as f; print(sorted(n for n in dir(f) if 'mul' in n))"],
-                         env={"PYTHONPATH": str(site)}, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", "import ixformer.functions as f; print(sorted(n for n in dir(f) if 'mul' in n))"],
+        env={"PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "gelu_tanh_and_mul" in out and "silu_and_mul" in out
 
 
@@ -67,7 +76,7 @@ def test_op_matches_vllm_gelu_and_mul_tanh():
     code = f"""
 import importlib.util, json, torch
 from vllm.model_executor.layers.activation import GeluAndMul
-spec = importlib.util.spec_from_file_location("op", {str(OPS / 'gelu_tanh_and_mul.py')!r})
+spec = importlib.util.spec_from_file_location("op", {str(OPS / "gelu_tanh_and_mul.py")!r})
 op = importlib.util.module_from_spec(spec); spec.loader.exec_module(op)
 errs = {{}}
 for dtype in (torch.float32, torch.bfloat16):

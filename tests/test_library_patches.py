@@ -39,10 +39,10 @@ def shadow_package(venv: Path, package: str, relfile: str, dest: Path) -> Path:
 
 
 def run(venv: Path, shadow: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=f"{shadow}{os.pathsep}{ROOT}", HF_HUB_OFFLINE="1",
-               TRANSFORMERS_VERBOSITY="error", PYTHONWARNINGS="ignore")
-    return subprocess.run([str(venv / "bin" / "python"), *args], capture_output=True, text=True, env=env,
-                          timeout=300)
+    env = dict(
+        os.environ, PYTHONPATH=f"{shadow}{os.pathsep}{ROOT}", HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", PYTHONWARNINGS="ignore"
+    )
+    return subprocess.run([str(venv / "bin" / "python"), *args], capture_output=True, text=True, env=env, timeout=300)
 
 
 LOAD = """
@@ -95,8 +95,7 @@ def test_l1_keeps_dict_extra_special_tokens_working(models, tmp_path):
     author = author_record(model)
     shadow_package(venv, "transformers", "tokenization_utils_base.py", tmp_path / "shadow")
     assert run(venv, tmp_path / "shadow", "-m", "compat_build.image_steps.apply_patches", "L1").returncode == 0
-    after = run(venv, tmp_path / "shadow", "-c", LOAD, str(model), json.dumps(sorted(author["special_ids"])),
-                author["probe"])
+    after = run(venv, tmp_path / "shadow", "-c", LOAD, str(model), json.dumps(sorted(author["special_ids"])), author["probe"])
     assert after.returncode == 0, after.stderr
     assert json.loads(after.stdout)["ids"] == author["special_ids"]
 
@@ -122,12 +121,14 @@ def test_l2_decision_on_real_vllm_0_11_triton_backend(tmp_path):
     below 32, and the L2 check step passes on the real file without changing it."""
     target = shadow_package(ENGINE, "vllm", TRITON, tmp_path / "shadow")
     original = target.read_bytes()
-    probe = ("from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend as T\n"
-             "bad = []\n"
-             "for size in range(1, 513):\n"
-             "    try:\n        T.validate_head_size(size)\n"
-             "    except ValueError:\n        bad.append(size)\n"
-             "print(min(bad), max(bad), len(bad))\n")
+    probe = (
+        "from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend as T\n"
+        "bad = []\n"
+        "for size in range(1, 513):\n"
+        "    try:\n        T.validate_head_size(size)\n"
+        "    except ValueError:\n        bad.append(size)\n"
+        "print(min(bad), max(bad), len(bad))\n"
+    )
     checked = run(ENGINE, tmp_path / "shadow", "-c", probe)
     assert checked.returncode == 0, checked.stderr[-2000:]
     assert checked.stdout.split()[-3:] == ["1", "31", "31"]

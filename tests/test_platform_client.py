@@ -19,12 +19,26 @@ def test_validate_sends_query_and_accepts_true(platform):
 
 def test_register_posts_every_field(platform):
     platform["script"] = [(200, {"code": 0, "data": {"id": 7}})]
-    data = platform["client"].register(framework="vllm_compat", gpu_type="hygon_k100-ai", image_url="r/x:v1",
-                                       task_type="text-generation", create_by="ci", repo_url="https://git/x", tag="v1")
+    data = platform["client"].register(
+        framework="vllm_compat",
+        gpu_type="hygon_k100-ai",
+        image_url="r/x:v1",
+        task_type="text-generation",
+        create_by="ci",
+        repo_url="https://git/x",
+        tag="v1",
+    )
     assert data == {"id": 7}
     body = json.loads(platform["requests"][0][3])
-    assert body == {"framework": "vllm_compat", "gpuType": "hygon_k100-ai", "imageUrl": "r/x:v1",
-                    "taskType": "text-generation", "createBy": "ci", "repoUrl": "https://git/x", "tag": "v1"}
+    assert body == {
+        "framework": "vllm_compat",
+        "gpuType": "hygon_k100-ai",
+        "imageUrl": "r/x:v1",
+        "taskType": "text-generation",
+        "createBy": "ci",
+        "repoUrl": "https://git/x",
+        "tag": "v1",
+    }
 
 
 def test_5xx_and_timeouts_are_retried(platform):
@@ -43,16 +57,18 @@ def test_gives_up_after_retries_with_advice(platform):
 def test_4xx_is_not_retried_and_never_shows_the_token(platform, status, hint):
     platform["script"] = [(status, {"code": status})]
     with pytest.raises(PlatformError) as err:
-        platform["client"].register(framework="f", gpu_type="g", image_url="i", task_type="t", create_by="c",
-                                    repo_url="r", tag="v")
+        platform["client"].register(framework="f", gpu_type="g", image_url="i", task_type="t", create_by="c", repo_url="r", tag="v")
     assert len(platform["requests"]) == 1 and hint in str(err.value) and TOKEN not in str(err.value)
 
 
-@pytest.mark.parametrize("body, needle", [
-    (b"<html>oops</html>", "non-JSON"),
-    ({"code": 3, "msg": "gpuType unknown"}, "code 3: gpuType unknown"),
-    ({"code": 0, "data": False}, "does not accept gpuType='g'"),
-])
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        (b"<html>oops</html>", "non-JSON"),
+        ({"code": 3, "msg": "gpuType unknown"}, "code 3: gpuType unknown"),
+        ({"code": 0, "data": False}, "does not accept gpuType='g'"),
+    ],
+)
 def test_bad_answers(platform, body, needle):
     platform["script"] = [(200, body)]
     with pytest.raises(PlatformError, match=needle.replace("(", r"\(")) as err:

@@ -33,20 +33,23 @@ def test_manifest_loads_all_three_cards_from_their_folders():
     assert bi100.folder == str(ROOT / "cards" / "iluvatar-bi100")
 
 
-@pytest.mark.parametrize("card, mutate, message", [
-    ("nv-a100", lambda d: d["engine"].update(colour="red"), "cards/nv-a100/card.toml [engine]: unknown key 'colour'"),
-    ("hygon-k100", lambda d: d["image"].pop("base"), "cards/hygon-k100/card.toml [image]: missing key 'base'"),
-    ("nv-a100", lambda d: d.update(extra={}), "cards/nv-a100/card.toml: unknown section [extra]"),
-    ("nv-a100", lambda d: d["attention"].update(head_sizes=[0]), "[attention]: key 'head_sizes' must list positive"),
-    ("nv-a100", lambda d: d["attention"].update(head_sizes=[True]), "[attention]: key 'head_sizes' must list positive"),
-    ("nv-a100", lambda d: d["platform"].update(gpu_type=""), "[platform]: key 'gpu_type' must be a non-empty str"),
-    ("nv-a100", lambda d: d["build"].update(patches=["L9"]), "[build]: key 'patches' names ['L9'], which are no build codes"),
-    ("nv-a100", lambda d: d["build"].update(patches=["OOM"]), "[build]: key 'patches' names ['OOM']"),
-    ("iluvatar-bi100", lambda d: d["build"].pop("ops_target"), "[build]: L3 needs keys 'ops_dir'"),
-    ("iluvatar-bi100", lambda d: d["build"].update(ops_dir="nowhere"), "[build]: ops_dir 'nowhere' holds no .py ops"),
-    ("nv-a100", lambda d: d["engine"].update(vllm_source=3), "[engine]: key 'vllm_source' must be a non-empty str"),
-    ("nv-a100", lambda d: d["attention"].update(head_size_policy="hope"), "key 'head_size_policy' must be one of"),
-])
+@pytest.mark.parametrize(
+    "card, mutate, message",
+    [
+        ("nv-a100", lambda d: d["engine"].update(colour="red"), "cards/nv-a100/card.toml [engine]: unknown key 'colour'"),
+        ("hygon-k100", lambda d: d["image"].pop("base"), "cards/hygon-k100/card.toml [image]: missing key 'base'"),
+        ("nv-a100", lambda d: d.update(extra={}), "cards/nv-a100/card.toml: unknown section [extra]"),
+        ("nv-a100", lambda d: d["attention"].update(head_sizes=[0]), "[attention]: key 'head_sizes' must list positive"),
+        ("nv-a100", lambda d: d["attention"].update(head_sizes=[True]), "[attention]: key 'head_sizes' must list positive"),
+        ("nv-a100", lambda d: d["platform"].update(gpu_type=""), "[platform]: key 'gpu_type' must be a non-empty str"),
+        ("nv-a100", lambda d: d["build"].update(patches=["L9"]), "[build]: key 'patches' names ['L9'], which are no build codes"),
+        ("nv-a100", lambda d: d["build"].update(patches=["OOM"]), "[build]: key 'patches' names ['OOM']"),
+        ("iluvatar-bi100", lambda d: d["build"].pop("ops_target"), "[build]: L3 needs keys 'ops_dir'"),
+        ("iluvatar-bi100", lambda d: d["build"].update(ops_dir="nowhere"), "[build]: ops_dir 'nowhere' holds no .py ops"),
+        ("nv-a100", lambda d: d["engine"].update(vllm_source=3), "[engine]: key 'vllm_source' must be a non-empty str"),
+        ("nv-a100", lambda d: d["attention"].update(head_size_policy="hope"), "key 'head_size_policy' must be one of"),
+    ],
+)
 def test_card_errors_name_file_section_and_key(card, mutate, message):
     data = copy.deepcopy(card_toml(card))
     mutate(data)
@@ -55,13 +58,16 @@ def test_card_errors_name_file_section_and_key(card, mutate, message):
     assert message in str(err.value)
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d["release"].pop("framework"), "[release]: missing key 'framework'"),
-    (lambda d: d["release"].update(image="{registry}/compat"), "[release]: key 'image' must contain {card}"),
-    (lambda d: d["matrix"]["cards"].append("nv-a100"), "[matrix]: key 'cards' must list distinct card names"),
-    (lambda d: d["matrix"]["cards"].append("mystery-x1"), "card 'mystery-x1' has no folder cards/mystery-x1/"),
-    (lambda d: d.update(cards={}), "build_matrix.toml: unknown table 'cards'"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["release"].pop("framework"), "[release]: missing key 'framework'"),
+        (lambda d: d["release"].update(image="{registry}/compat"), "[release]: key 'image' must contain {card}"),
+        (lambda d: d["matrix"]["cards"].append("nv-a100"), "[matrix]: key 'cards' must list distinct card names"),
+        (lambda d: d["matrix"]["cards"].append("mystery-x1"), "card 'mystery-x1' has no folder cards/mystery-x1/"),
+        (lambda d: d.update(cards={}), "build_matrix.toml: unknown table 'cards'"),
+    ],
+)
 def test_matrix_errors_name_table_and_key(mutate, message):
     data = copy.deepcopy(raw())
     mutate(data)
@@ -76,7 +82,8 @@ def test_a_card_is_one_folder_and_one_matrix_line(tmp_path):
     shutil.copytree(ROOT / "cards", cards)
     shutil.copytree(cards / "nv-a100", cards / "nv-h100")
     (cards / "nv-h100" / "card.toml").write_text(
-        (cards / "nv-a100" / "card.toml").read_text().replace('gpu_type = "nvidia_a100"', 'gpu_type = "nvidia_h100"'))
+        (cards / "nv-a100" / "card.toml").read_text().replace('gpu_type = "nvidia_a100"', 'gpu_type = "nvidia_h100"')
+    )
     data = raw()
     with pytest.raises(manifest.ManifestError, match="cards/nv-h100: card folder not listed"):
         manifest.parse(data, str(cards))
@@ -104,8 +111,10 @@ def test_every_card_has_its_files_and_a_profile_of_its_engine():
         assert profile.head_size_policy == card.head_size_policy
 
 
-@pytest.mark.skipif(not all((ROOT / v / "bin" / "python").exists() for v in (".venv-engine", ".venv-engine055", ".venv-engine-next")),
-                    reason="engine venvs not built: run `make engine-env engine055-env engine-next-env`")
+@pytest.mark.skipif(
+    not all((ROOT / v / "bin" / "python").exists() for v in (".venv-engine", ".venv-engine055", ".venv-engine-next")),
+    reason="engine venvs not built: run `make engine-env engine055-env engine-next-env`",
+)
 def test_committed_profiles_match_manifest_and_real_engine(capsys):
     assert profiles.main(["--check"]) == 0, capsys.readouterr().out
     nv = load_profile("nv-a100")
@@ -149,6 +158,6 @@ def test_a_card_variant_is_the_card_with_its_own_engine(tmp_path):
     assert manifest.image_ref(m, "nv-a100@next", "v2") == "harbor.4pd.io/enginex-compat/vllm-compat-nv-a100-next:v2"
     assert task_info.path_for("nv-a100@next", str(cards)).endswith("cards/nv-a100/task_info@next.env")
     assert "FRAMEWORK=vllm_compat_next" in task_info.task_info(m, "nv-a100@next")
-    card.write_text(card.read_text() + '[variants.bad]\ncolour = { x = 1 }\n')
+    card.write_text(card.read_text() + "[variants.bad]\ncolour = { x = 1 }\n")
     with pytest.raises(manifest.ManifestError, match=r"\[variants.bad\]: unknown section \[colour\]"):
         manifest.parse(raw(), str(cards))

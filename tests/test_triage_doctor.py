@@ -19,8 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def common(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "common", *args], cwd=str(ROOT), capture_output=True, text=True,
-                          env=dict(os.environ, **(env or {})), timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "common", *args],
+        cwd=str(ROOT),
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **(env or {})),
+        timeout=300,
+    )
 
 
 def triage_json(*paths, card=None):
@@ -41,7 +47,9 @@ def capture(python, code, path: Path, env=None, cwd=None) -> Path:
     return path
 
 
-LOAD_TOKENIZER = "import sys\nfrom transformers import AutoTokenizer\nAutoTokenizer.from_pretrained(sys.argv[1] if len(sys.argv) > 1 else {!r})"
+LOAD_TOKENIZER = (
+    "import sys\nfrom transformers import AutoTokenizer\nAutoTokenizer.from_pretrained(sys.argv[1] if len(sys.argv) > 1 else {!r})"
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,37 +59,51 @@ def corpus(models, tmp_path_factory):
     out = {}
     for version in ("4.55", "4.57"):
         python = VENVS[version] / "bin" / "python"
-        out[f"R3b-{version}"] = capture(python, LOAD_TOKENIZER.format(str(models("v5-generic"))),
-                                        base / f"tf{version}-generic.log")
-        out[f"R3-{version}"] = capture(python, LOAD_TOKENIZER.format(str(models("v5-qwen2"))),
-                                       base / f"tf{version}-qwen2.log")
-    out["H1"] = capture(ENGINE / "bin" / "python", "from vllm.v1.attention.backends.triton_attn import "
-                        "TritonAttentionBackend as T\nT.validate_head_size(16)", base / "vllm-headsize.log")
+        out[f"R3b-{version}"] = capture(python, LOAD_TOKENIZER.format(str(models("v5-generic"))), base / f"tf{version}-generic.log")
+        out[f"R3-{version}"] = capture(python, LOAD_TOKENIZER.format(str(models("v5-qwen2"))), base / f"tf{version}-qwen2.log")
+    out["H1"] = capture(
+        ENGINE / "bin" / "python",
+        "from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend as T\nT.validate_head_size(16)",
+        base / "vllm-headsize.log",
+    )
     vendor = base / "site" / "ixformer"
     (vendor / "contrib" / "vllm").mkdir(parents=True)
     (vendor / "functions").mkdir()
     for pkg in (vendor, vendor / "contrib", vendor / "contrib" / "vllm", vendor / "functions"):
         (pkg / "__init__.py").write_text("")
     site = {"PYTHONPATH": str(base / "site")}
-    out["R7"] = capture(sys.executable, "from ixformer.contrib.vllm.layers import mixtral_decoder_layer_forward",
-                        base / "ixformer-layers.log", env=site)
-    out["L3"] = capture(sys.executable, "import ixformer.functions as F\nF.gelu_tanh_and_mul(None, None)",
-                        base / "ixformer-ops.log", env=site)
+    out["R7"] = capture(
+        sys.executable, "from ixformer.contrib.vllm.layers import mixtral_decoder_layer_forward", base / "ixformer-layers.log", env=site
+    )
+    out["L3"] = capture(
+        sys.executable, "import ixformer.functions as F\nF.gelu_tanh_and_mul(None, None)", base / "ixformer-ops.log", env=site
+    )
     out["OOM"] = capture(sys.executable, "import torch\ntorch.empty(1 << 50, dtype=torch.uint8)", base / "alloc.log")
     out["DEVICE"] = capture(sys.executable, "import torch\ntorch.zeros(1, device='cuda')", base / "device.log")
     remote = base / "remote-model"
     remote.mkdir()
     (remote / "config.json").write_text(json.dumps({"model_type": "acme", "auto_map": {"AutoConfig": "conf.AcmeConfig"}}))
-    out["REMOTE_CODE"] = capture(sys.executable, f"from transformers import AutoConfig\nAutoConfig.from_pretrained({str(remote)!r})",
-                                 base / "remote.log")
-    out["NETWORK"] = capture(sys.executable, "from transformers import AutoConfig\nAutoConfig.from_pretrained('acme/tiny')",
-                             base / "network.log", env={"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9",
-                                                        "HF_HUB_ETAG_TIMEOUT": "2", "HF_HUB_DOWNLOAD_TIMEOUT": "2"})
-    out["GGUF"] = capture(sys.executable, f"from transformers import AutoConfig\nAutoConfig.from_pretrained({str(remote)!r}, "
-                          "gguf_file='model-q4_k_m.gguf')", base / "gguf.log")
+    out["REMOTE_CODE"] = capture(
+        sys.executable, f"from transformers import AutoConfig\nAutoConfig.from_pretrained({str(remote)!r})", base / "remote.log"
+    )
+    out["NETWORK"] = capture(
+        sys.executable,
+        "from transformers import AutoConfig\nAutoConfig.from_pretrained('acme/tiny')",
+        base / "network.log",
+        env={"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_ETAG_TIMEOUT": "2", "HF_HUB_DOWNLOAD_TIMEOUT": "2"},
+    )
+    out["GGUF"] = capture(
+        sys.executable,
+        f"from transformers import AutoConfig\nAutoConfig.from_pretrained({str(remote)!r}, gguf_file='model-q4_k_m.gguf')",
+        base / "gguf.log",
+    )
     healthy = base / "healthy.log"
-    ok = subprocess.run([sys.executable, "-c", LOAD_TOKENIZER.format(str(models("457-generic"))) + "\nprint('loaded')"],
-                        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    ok = subprocess.run(
+        [sys.executable, "-c", LOAD_TOKENIZER.format(str(models("457-generic"))) + "\nprint('loaded')"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert ok.returncode == 0
     healthy.write_text(ok.stdout + ok.stderr)
     out["unknown"] = healthy
@@ -110,8 +132,9 @@ def test_gz_json_report_folder_and_card_from_path(corpus, tmp_path):
     text = corpus["R3b-4.57"].read_bytes()
     with gzip.open(logs / "pod_runtime_log.txt.gz", "wb") as fh:
         fh.write(text)
-    (logs / "error_report_raw.json").write_text(json.dumps({"status": "failed", "detail": {
-        "log": corpus["R7"].read_text(), "exit_code": 1}}))
+    (logs / "error_report_raw.json").write_text(
+        json.dumps({"status": "failed", "detail": {"log": corpus["R7"].read_text(), "exit_code": 1}})
+    )
     report = triage_json(tmp_path)
     got = {Path(f["path"]).name: f for f in report["files"]}
     assert got["pod_runtime_log.txt.gz"]["code"] == "R3b" and got["error_report_raw.json"]["code"] == "R7"
@@ -176,8 +199,12 @@ def test_evidence_is_the_last_matching_line_across_blocks(tmp_path, monkeypatch)
 
     monkeypatch.setattr(triage, "BLOCK", 64)
     log = tmp_path / "long.log"
-    log.write_text("INFO starting\n" * 50 + "ValueError: Tokenizer class FooTok does not exist or is not currently imported.\n"
-                   + "INFO more\n" * 50 + "ValueError: Tokenizer class BarTok does not exist or is not currently imported.\n")
+    log.write_text(
+        "INFO starting\n" * 50
+        + "ValueError: Tokenizer class FooTok does not exist or is not currently imported.\n"
+        + "INFO more\n" * 50
+        + "ValueError: Tokenizer class BarTok does not exist or is not currently imported.\n"
+    )
     verdict = triage.triage_file(str(log))
     assert verdict.code == "R3b" and "BarTok" in verdict.evidence
 
@@ -193,6 +220,7 @@ def test_every_signature_has_a_literal_anchor():
 
 
 # ---- doctor ---------------------------------------------------------------------------------
+
 
 def doctor(model, card, *extra, env=None):
     return common("doctor", str(model), "--card", card, *extra, env={"COMPAT_ENGINE_PYTHON": sys.executable, **(env or {})})
@@ -239,8 +267,7 @@ def test_doctor_cannot_tell_without_the_engines_transformers(models):
     result = doctor(models("v5-generic"), "nv-a100", env={"COMPAT_ENGINE_PYTHON": "/nonexistent/python3"})
     assert result.returncode == 2
     assert "verdict: unknown: CONFIG, R3, R3b could not be verified here; set COMPAT_ENGINE_PYTHON" in result.stdout
-    data = json.loads(doctor(models("v5-generic"), "nv-a100", "--json",
-                             env={"COMPAT_ENGINE_PYTHON": "/nonexistent/python3"}).stdout)
+    data = json.loads(doctor(models("v5-generic"), "nv-a100", "--json", env={"COMPAT_ENGINE_PYTHON": "/nonexistent/python3"}).stdout)
     assert data["verdict"] == "unverified" and data["unverified"] == ["CONFIG", "R3", "R3b"]
 
 

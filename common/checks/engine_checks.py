@@ -78,7 +78,9 @@ def check_tokenizer(request):
         want_ids = raw.encode(probe, add_special_tokens=False).ids
         got_ids = tok.encode(probe, add_special_tokens=False)
         if got_ids != want_ids:
-            return dict(result, ok=False, reason=f"probe text encodes to {got_ids[:12]}..., the model's tokenizer.json gives {want_ids[:12]}...")
+            return dict(
+                result, ok=False, reason=f"probe text encodes to {got_ids[:12]}..., the model's tokenizer.json gives {want_ids[:12]}..."
+            )
         return dict(result, ok=True, reason=f"{len(expected)} special-token ids and {len(want_ids)} probe ids match tokenizer.json")
     unk = tok.unk_token_id
     for token in sorted(specials):
@@ -107,7 +109,7 @@ def _jsonable(value, depth=0):
     if depth < 8 and callable(to_dict):
         return _jsonable(to_dict(), depth + 1)
     text = str(value)
-    return text[len("torch."):] if text.startswith("torch.") else text
+    return text[len("torch.") :] if text.startswith("torch.") else text
 
 
 def _describe(config, names):

@@ -27,9 +27,13 @@ class AdapterOnly(Rule):
             return Outcome()
         base = ctx.model.json_object("adapter_config.json").get("base_model_name_or_path")
         named = f" for base model {base!r}" if isinstance(base, str) and base else ""
-        return Outcome(findings=[self.finding(
-            "error", f"adapter_config.json and no config.json: this is an adapter{named}, not a model; "
-                     "vLLM cannot serve it alone")])
+        return Outcome(
+            findings=[
+                self.finding(
+                    "error", f"adapter_config.json and no config.json: this is an adapter{named}, not a model; vLLM cannot serve it alone"
+                )
+            ]
+        )
 
 
 RULE = AdapterOnly()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 
-
 from ..modeldir import ModelDir
 from ..plan import Finding, Repair
 from ..profile import Profile
@@ -17,8 +16,7 @@ if TYPE_CHECKING:
 class Context:
     """What a rule may look at: the model, the card's engine profile, the facts, the user's args."""
 
-    def __init__(self, model: ModelDir, profile: Profile, facts: Dict[str, Any], user: UserArgs,
-                 env: Mapping[str, str]) -> None:
+    def __init__(self, model: ModelDir, profile: Profile, facts: Dict[str, Any], user: UserArgs, env: Mapping[str, str]) -> None:
         self.model, self.profile, self.facts, self.user, self.env = model, profile, facts, user, env
 
 

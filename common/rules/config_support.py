@@ -45,9 +45,15 @@ class ConfigSupport(Rule):
                 unknown.append(f"{key}.model_type {inner!r}")
         if not unknown:
             return Outcome()
-        return Outcome(findings=[self.finding(
-            "error", f"transformers {ctx.profile.transformers_version} (the engine's) does not know "
-                     f"{' and '.join(unknown)}: this model needs a newer engine")])
+        return Outcome(
+            findings=[
+                self.finding(
+                    "error",
+                    f"transformers {ctx.profile.transformers_version} (the engine's) does not know "
+                    f"{' and '.join(unknown)}: this model needs a newer engine",
+                )
+            ]
+        )
 
 
 RULE = ConfigSupport()

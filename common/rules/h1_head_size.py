@@ -36,8 +36,12 @@ def add_paged_attn_head_size(size: int) -> Callable[[str], str]:
         node, lines = function_span(text, "get_supported_head_sizes", cls="PagedAttention")
         body = [s for s in node.body if not is_docstring(s)]
         ret = body[0] if len(body) == 1 else None
-        if not (isinstance(ret, ast.Return) and isinstance(ret.value, ast.List) and ret.value.elts and all(
-                isinstance(e, ast.Constant) and type(e.value) is int for e in ret.value.elts)):
+        if not (
+            isinstance(ret, ast.Return)
+            and isinstance(ret.value, ast.List)
+            and ret.value.elts
+            and all(isinstance(e, ast.Constant) and type(e.value) is int for e in ret.value.elts)
+        ):
             raise AnchorMissing("PagedAttention.get_supported_head_sizes is not `return [<ints>]`")
         sizes = [e.value for e in ret.value.elts]
         if size in sizes:
@@ -47,7 +51,7 @@ def add_paged_attn_head_size(size: int) -> Callable[[str], str]:
             raise AnchorMissing("PagedAttention.get_supported_head_sizes spans lines; not the expected literal")
         line = lines[lst.lineno - 1]
         raw = line.encode("utf-8")
-        new = raw[:lst.col_offset] + repr(sorted(sizes + [size])).encode() + raw[lst.end_col_offset:]
+        new = raw[: lst.col_offset] + repr(sorted(sizes + [size])).encode() + raw[lst.end_col_offset :]
         lines[lst.lineno - 1] = new.decode("utf-8")
         return "".join(lines)
 
@@ -70,29 +74,39 @@ class HeadSize(Rule):
         head = detect_head_size(config)
         size = head.value
         if size is None:
-            outcome.findings.append(self.finding(
-                "warning", f"head size unknown ({head.problem}); the card's kernels cannot be checked"))
+            outcome.findings.append(self.finding("warning", f"head size unknown ({head.problem}); the card's kernels cannot be checked"))
             return outcome
         profile = ctx.profile
         backend = ctx.env.get("VLLM_ATTENTION_BACKEND", "").strip()
         if profile.head_size_policy == "flex-fallback":
             if backend and forced_backend_accepts(backend, size) is False:
-                outcome.findings.append(self.finding(
-                    "error", f"VLLM_ATTENTION_BACKEND={backend} rejects head size {size}; unset it "
-                             "(vLLM then falls back to FLEX_ATTENTION) or set FLEX_ATTENTION"))
+                outcome.findings.append(
+                    self.finding(
+                        "error",
+                        f"VLLM_ATTENTION_BACKEND={backend} rejects head size {size}; unset it "
+                        "(vLLM then falls back to FLEX_ATTENTION) or set FLEX_ATTENTION",
+                    )
+                )
             return outcome
         if size in profile.head_sizes:
             return outcome
         sizes = ", ".join(str(s) for s in profile.head_sizes)
         if profile.head_size_policy == "flash-attn-pa-env":
-            outcome.repairs.append(Repair(
-                self.code, self.title,
-                f"head size {size} ({head.source}) is outside the FlashAttention paged kernel's {{{sizes}}}; "
-                "decode uses the generic paged attention", env={"VLLM_USE_FLASH_ATTN_PA": "0"}))
+            outcome.repairs.append(
+                Repair(
+                    self.code,
+                    self.title,
+                    f"head size {size} ({head.source}) is outside the FlashAttention paged kernel's {{{sizes}}}; "
+                    "decode uses the generic paged attention",
+                    env={"VLLM_USE_FLASH_ATTN_PA": "0"},
+                )
+            )
         elif profile.head_size_policy == "paged-attn-patch":
-            repair = Repair(self.code, self.title,
-                            f"head size {size} ({head.source}) added to PagedAttention.get_supported_head_sizes "
-                            f"(was {{{sizes}}})")
+            repair = Repair(
+                self.code,
+                self.title,
+                f"head size {size} ({head.source}) added to PagedAttention.get_supported_head_sizes (was {{{sizes}}})",
+            )
             repair.engine_patch = (PAGED_ATTN_MODULE, add_paged_attn_head_size(size))
             outcome.repairs.append(repair)
         return outcome

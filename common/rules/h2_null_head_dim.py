@@ -17,7 +17,6 @@ from ..plan import Repair
 from .base import Context, Outcome, Rule
 
 
-
 class NullHeadDim(Rule):
     code = "H2"
     title = "head_dim read as None by the engine"
@@ -37,24 +36,37 @@ class NullHeadDim(Rule):
         if "head_dim" not in text and model_type not in ctx.profile.null_head_dim_model_types:
             return outcome  # the engine's transformers fills head_dim (or has no such attribute)
         where = f"{key}.head_dim" if key else "head_dim"
-        why = "is null in config.json" if "head_dim" in text else \
-            f"is absent and transformers {ctx.profile.transformers_version}'s {model_type} config sets it to None"
+        why = (
+            "is null in config.json"
+            if "head_dim" in text
+            else f"is absent and transformers {ctx.profile.transformers_version}'s {model_type} config sets it to None"
+        )
         fallback = ctx.profile.head_dim_none_fallback
         if fallback:
             return outcome  # the engine computes hidden_size / num_attention_heads by itself
         if fallback is None:
-            outcome.findings.append(self.finding(
-                "unverified", f"{where} {why}; this profile cannot say whether vLLM {ctx.profile.vllm_version} "
-                              "falls back to hidden_size / num_attention_heads"))
+            outcome.findings.append(
+                self.finding(
+                    "unverified",
+                    f"{where} {why}; this profile cannot say whether vLLM {ctx.profile.vllm_version} "
+                    "falls back to hidden_size / num_attention_heads",
+                )
+            )
             return outcome
         size = detect_head_size(config).value
         if size is None:
-            outcome.findings.append(self.finding(
-                "error", f"{where} {why}, vLLM {ctx.profile.vllm_version} fails on it, and the config states no "
-                         "head size to write instead"))
+            outcome.findings.append(
+                self.finding(
+                    "error",
+                    f"{where} {why}, vLLM {ctx.profile.vllm_version} fails on it, and the config states no head size to write instead",
+                )
+            )
             return outcome
-        repair = Repair(self.code, self.title, f"{where} {why}; vLLM {ctx.profile.vllm_version} would fail on it: "
-                                               f"writing head_dim={size} ({detect_head_size(config).source})")
+        repair = Repair(
+            self.code,
+            self.title,
+            f"{where} {why}; vLLM {ctx.profile.vllm_version} would fail on it: writing head_dim={size} ({detect_head_size(config).source})",
+        )
         repair.config_edits = {key: dict(text, head_dim=size)} if key else {"head_dim": size}
         outcome.repairs.append(repair)
         return outcome

@@ -26,13 +26,19 @@ class Quantization(Rule):
             return Outcome()
         methods = ctx.profile.quantization_methods
         if methods is None:
-            return Outcome(findings=[self.finding(
-                "unverified", f"quantization method {method!r}: this profile does not list the engine's methods")])
+            return Outcome(
+                findings=[self.finding("unverified", f"quantization method {method!r}: this profile does not list the engine's methods")]
+            )
         if method.lower() in methods or ctx.user.has("--quantization"):
             return Outcome()
-        return Outcome(findings=[self.finding(
-            "error", f"quantization method {method!r} is not one vLLM {ctx.profile.vllm_version} loads "
-                     f"({', '.join(sorted(methods))})")])
+        return Outcome(
+            findings=[
+                self.finding(
+                    "error",
+                    f"quantization method {method!r} is not one vLLM {ctx.profile.vllm_version} loads ({', '.join(sorted(methods))})",
+                )
+            ]
+        )
 
 
 RULE = Quantization()

@@ -58,8 +58,7 @@ def render_check(template: str, special: Dict[str, str]) -> Tuple[bool, str]:
         return False, "jinja2 is not importable here; template not checked"
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     try:
-        text = env.from_string(template).render(messages=list(SAMPLE_CONVERSATION), add_generation_prompt=True,
-                                                **special)
+        text = env.from_string(template).render(messages=list(SAMPLE_CONVERSATION), add_generation_prompt=True, **special)
     except TemplateError as exc:
         return False, f"template does not render: {type(exc).__name__}: {exc}"
     missing = [m["content"] for m in SAMPLE_CONVERSATION if m["content"] not in text]
@@ -119,15 +118,21 @@ class ChatTemplate(Rule):
     def _scan_shipped(self, ctx: Context, source: str, outcome: Outcome) -> None:
         if source == "tokenizer_config.json":
             raw = tokenizer_config(ctx.model).get("chat_template")
-            text = raw if isinstance(raw, str) else " ".join(
-                t.get("template", "") for t in raw if isinstance(t, dict) and isinstance(t.get("template"), str))
+            text = (
+                raw
+                if isinstance(raw, str)
+                else " ".join(t.get("template", "") for t in raw if isinstance(t, dict) and isinstance(t.get("template"), str))
+            )
         else:
             text, _ = ctx.model.read_text(source)
         escape = re.search(ESCAPE_PATTERN, text) if text and "__" in text else None
         if escape:
-            outcome.findings.append(self.finding(
-                "error", f"the chat template in {source} reaches for Python internals "
-                         f"({escape.group(0)}); vLLM's sandbox will refuse it"))
+            outcome.findings.append(
+                self.finding(
+                    "error",
+                    f"the chat template in {source} reaches for Python internals ({escape.group(0)}); vLLM's sandbox will refuse it",
+                )
+            )
 
 
 RULE = ChatTemplate()

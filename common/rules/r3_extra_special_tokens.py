@@ -32,15 +32,21 @@ class ExtraSpecialTokensList(Rule):
         existing = list(existing) if isinstance(existing, list) else []
         have = set(special_token_strings(existing))
         moved = [t for t in extra if special_token_strings([t]) and special_token_strings([t])[0] not in have]
-        return Outcome(repairs=[Repair(
-            code=self.code,
-            title=self.title,
-            detail=f"moved {len(extra)} token(s) from extra_special_tokens to additional_special_tokens",
-            overlay={"tokenizer_config.json": {
-                "extra_special_tokens": None,
-                "additional_special_tokens": existing + moved,
-            }},
-        )])
+        return Outcome(
+            repairs=[
+                Repair(
+                    code=self.code,
+                    title=self.title,
+                    detail=f"moved {len(extra)} token(s) from extra_special_tokens to additional_special_tokens",
+                    overlay={
+                        "tokenizer_config.json": {
+                            "extra_special_tokens": None,
+                            "additional_special_tokens": existing + moved,
+                        }
+                    },
+                )
+            ]
+        )
 
 
 RULE = ExtraSpecialTokensList()

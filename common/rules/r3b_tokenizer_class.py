@@ -33,9 +33,7 @@ class UnknownTokenizerClass(Rule):
     title = "tokenizer_class unknown to the engine's transformers"
     doc = __doc__.split("\n\n", 1)[1].strip()
     fix = "overlay tokenizer_config.json naming a class the engine has, passed with --tokenizer, kept only when verified"
-    log_signatures = (
-        r"Tokenizer class \S+ does not exist or is not currently imported",
-    )
+    log_signatures = (r"Tokenizer class \S+ does not exist or is not currently imported",)
 
     def check(self, ctx: Context) -> Outcome:
         kind = ctx.facts.get("tokenizer_kind")
@@ -58,14 +56,21 @@ class UnknownTokenizerClass(Rule):
             return Outcome(findings=[self.finding("warning", f"{problem}, but {reason}; not rewritten")])
         fallback = FALLBACK_CLASS.get(kind or "")
         if fallback is None or not ctx.profile.knows_tokenizer_class(fallback):
-            return Outcome(findings=[self.finding(
-                "error", f"{problem}, and the model's tokenizer files ({kind}) have no class of the engine to read them")])
-        return Outcome(repairs=[Repair(
-            code=self.code,
-            title=self.title,
-            detail=f"{problem}; the overlay names {fallback}, which reads {kind} tokenizer files",
-            overlay={"tokenizer_config.json": {"tokenizer_class": fallback}},
-        )])
+            return Outcome(
+                findings=[
+                    self.finding("error", f"{problem}, and the model's tokenizer files ({kind}) have no class of the engine to read them")
+                ]
+            )
+        return Outcome(
+            repairs=[
+                Repair(
+                    code=self.code,
+                    title=self.title,
+                    detail=f"{problem}; the overlay names {fallback}, which reads {kind} tokenizer files",
+                    overlay={"tokenizer_config.json": {"tokenizer_class": fallback}},
+                )
+            ]
+        )
 
 
 RULE = UnknownTokenizerClass()

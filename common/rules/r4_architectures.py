@@ -40,28 +40,36 @@ class Architectures(Rule):
         if raw is None:
             return outcome
         if not (isinstance(raw, list) and raw and all(isinstance(a, str) and a for a in raw)):
-            outcome.findings.append(self.finding(
-                "warning", f"config.json architectures is {raw!r}, not a list of class names; not checked"))
+            outcome.findings.append(
+                self.finding("warning", f"config.json architectures is {raw!r}, not a list of class names; not checked")
+            )
             return outcome
         profile = ctx.profile
         auto_map = config.get("auto_map")
-        if isinstance(auto_map, dict) and any(k.startswith("AutoModel") for k in auto_map) and \
-                not ctx.user.has("--trust-remote-code"):
+        if isinstance(auto_map, dict) and any(k.startswith("AutoModel") for k in auto_map) and not ctx.user.has("--trust-remote-code"):
             return outcome  # the model's own classes: REMOTE_CODE says what that needs
         registry = profile.architectures
         if registry is None:
-            outcome.findings.append(self.finding(
-                "unverified", f"this profile of {profile.card} has no snapshot of vLLM's model registry; "
-                              f"whether it serves {', '.join(raw)} is known only inside the image"))
+            outcome.findings.append(
+                self.finding(
+                    "unverified",
+                    f"this profile of {profile.card} has no snapshot of vLLM's model registry; "
+                    f"whether it serves {', '.join(raw)} is known only inside the image",
+                )
+            )
             return outcome
         unknown = [a for a in raw if a not in registry]
         if len(unknown) < len(raw):
             return outcome  # vLLM takes the first class of the list it registers
         servable = profile.servable_architectures() or registry
         if any(a in servable for a in unknown):
-            outcome.findings.append(self.finding(
-                "info", f"{', '.join(unknown)} not registered in vLLM {profile.vllm_version}; it serves the model "
-                        f"through its Transformers backend (transformers {profile.transformers_version} has the class)"))
+            outcome.findings.append(
+                self.finding(
+                    "info",
+                    f"{', '.join(unknown)} not registered in vLLM {profile.vllm_version}; it serves the model "
+                    f"through its Transformers backend (transformers {profile.transformers_version} has the class)",
+                )
+            )
             return outcome
         model_type: Optional[str] = ctx.facts.get("model_type")
         target = profile.model_type_architectures.get(model_type or "")
@@ -72,9 +80,12 @@ class Architectures(Rule):
         return outcome
 
     def _repair(self, unknown: List[str], target: str, model_type: Optional[str], version: str) -> Repair:
-        repair = Repair(self.code, self.title,
-                        f"{', '.join(unknown)} is unknown to this engine; serving as {target} (the canonical class "
-                        f"of model_type {model_type!r} in transformers {version})")
+        repair = Repair(
+            self.code,
+            self.title,
+            f"{', '.join(unknown)} is unknown to this engine; serving as {target} (the canonical class "
+            f"of model_type {model_type!r} in transformers {version})",
+        )
         repair.config_edits = {"architectures": [target]}
         return repair
 
@@ -84,15 +95,21 @@ class Architectures(Rule):
         names = ", ".join(unknown)
         engine = f"vLLM {profile.vllm_version}"
         if target and target not in (profile.servable_architectures() or ()):
-            return (f"architecture {names} (model_type {model_type!r}): {engine} serves neither it nor the "
-                    f"model_type's class {target}: this model needs a newer engine")
+            return (
+                f"architecture {names} (model_type {model_type!r}): {engine} serves neither it nor the "
+                f"model_type's class {target}: this model needs a newer engine"
+            )
         if profile.transformers_backend and all(a in profile.transformers_architectures for a in unknown):
-            return (f"architecture {names} is not registered in {engine}, and its Transformers backend does not "
-                    f"take it (is_backend_compatible() is False in transformers {profile.transformers_version}): "
-                    "this model needs a newer engine")
+            return (
+                f"architecture {names} is not registered in {engine}, and its Transformers backend does not "
+                f"take it (is_backend_compatible() is False in transformers {profile.transformers_version}): "
+                "this model needs a newer engine"
+            )
         backend = "" if profile.transformers_backend else f" ({engine} has no Transformers backend)"
-        return (f"architecture {names} (model_type {model_type!r}) is known neither to {engine} nor, as a "
-                f"servable class, to transformers {profile.transformers_version}{backend}: this model needs a newer engine")
+        return (
+            f"architecture {names} (model_type {model_type!r}) is known neither to {engine} nor, as a "
+            f"servable class, to transformers {profile.transformers_version}{backend}: this model needs a newer engine"
+        )
 
 
 RULE = Architectures()

@@ -71,8 +71,9 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def lost_values(config: Dict[str, Any], reads_rope_parameters: bool, reads_dtype_key: bool,
-                refused: Optional[List[str]] = None) -> Dict[str, Any]:
+def lost_values(
+    config: Dict[str, Any], reads_rope_parameters: bool, reads_dtype_key: bool, refused: Optional[List[str]] = None
+) -> Dict[str, Any]:
     """The top-level config keys an engine's transformers that reads (or not) `rope_parameters`
     and the `dtype` key would lose, with their values. Only sane values are restored (a finite
     positive rope_theta, ...); each other one is described in `refused` when given."""
@@ -109,8 +110,11 @@ def lost_values(config: Dict[str, Any], reads_rope_parameters: bool, reads_dtype
 
 
 # EngineArgs field and flag for each lost key, for engines without --hf-overrides.
-FLAG_FOR = {"rope_theta": ("rope_theta", "--rope-theta"), "rope_scaling": ("rope_scaling", "--rope-scaling"),
-            "torch_dtype": ("dtype", "--dtype")}
+FLAG_FOR = {
+    "rope_theta": ("rope_theta", "--rope-theta"),
+    "rope_scaling": ("rope_scaling", "--rope-scaling"),
+    "torch_dtype": ("dtype", "--dtype"),
+}
 
 
 class ConfigFormat(Rule):
@@ -131,25 +135,34 @@ class ConfigFormat(Rule):
         rope_read, dtype_read = ctx.profile.reads_rope_parameters, ctx.profile.reads_dtype_key
         if rope_read is None or dtype_read is None:
             if "rope_parameters" in config or "dtype" in config:
-                outcome.findings.append(self.finding(
-                    "unverified", "this profile does not say whether the engine's transformers reads rope_parameters "
-                                  "and dtype (transformers 5 form); not checked"))
+                outcome.findings.append(
+                    self.finding(
+                        "unverified",
+                        "this profile does not say whether the engine's transformers reads rope_parameters "
+                        "and dtype (transformers 5 form); not checked",
+                    )
+                )
             return outcome
         refused: List[str] = []
         lost = lost_values(config, rope_read, dtype_read, refused)
         for why in refused:
-            outcome.findings.append(self.finding(
-                "warning", f"{why}: not restored; the engine's transformers {version} will use its default"))
+            outcome.findings.append(
+                self.finding("warning", f"{why}: not restored; the engine's transformers {version} will use its default")
+            )
         for key in NESTED:
             nested = config.get(key)
             if isinstance(nested, dict):
                 inner = lost_values(nested, rope_read, dtype_read)
                 inner.pop("torch_dtype", None)  # the top-level dtype decides the engine's dtype
                 if inner:
-                    outcome.findings.append(self.finding(
-                        "warning", f"{key} holds {', '.join(sorted(inner))} only inside rope_parameters; the engine's "
-                                   f"transformers {version} will use its defaults and vLLM's --hf-overrides cannot "
-                                   "set nested values: this model may generate wrong text on this card"))
+                    outcome.findings.append(
+                        self.finding(
+                            "warning",
+                            f"{key} holds {', '.join(sorted(inner))} only inside rope_parameters; the engine's "
+                            f"transformers {version} will use its defaults and vLLM's --hf-overrides cannot "
+                            "set nested values: this model may generate wrong text on this card",
+                        )
+                    )
         if not lost:
             return outcome
         repair = Repair(self.code, self.title, self._detail(lost, version))

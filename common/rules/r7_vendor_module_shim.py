@@ -60,8 +60,7 @@ class VendorModuleShim(Rule):
                 continue
             if not engine_imports(model_file, dotted) or module_present(dotted):
                 continue
-            repair = Repair(self.code, self.title,
-                            f"{dotted} is imported by vllm/{model_file} but absent; using the pure-PyTorch shim")
+            repair = Repair(self.code, self.title, f"{dotted} is imported by vllm/{model_file} but absent; using the pure-PyTorch shim")
             repair.path_prepend = {"PYTHONPATH": SHIM_DIR}
             outcome.repairs.append(repair)
         return outcome

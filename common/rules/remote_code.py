@@ -35,19 +35,29 @@ class RemoteCode(Rule):
         model_type = config.get("model_type")
         known_types = ctx.profile.config_model_types
         if _auto(config, "AutoConfig") and known_types is not None and model_type not in known_types:
-            needs.append(f"config.json maps AutoConfig to {_auto(config, 'AutoConfig')!r} and transformers "
-                         f"{ctx.profile.transformers_version} has no {model_type!r} config of its own")
+            needs.append(
+                f"config.json maps AutoConfig to {_auto(config, 'AutoConfig')!r} and transformers "
+                f"{ctx.profile.transformers_version} has no {model_type!r} config of its own"
+            )
         tokenizer = tokenizer_config(ctx.model)
         declared = tokenizer.get("tokenizer_class")
         entry = _auto(tokenizer, "AutoTokenizer") or _auto(config, "AutoTokenizer")
         if entry and not (isinstance(declared, str) and ctx.profile.knows_tokenizer_class(declared)):
-            needs.append(f"the tokenizer maps AutoTokenizer to {entry!r} and transformers "
-                         f"{ctx.profile.transformers_version} has no class {declared!r}")
+            needs.append(
+                f"the tokenizer maps AutoTokenizer to {entry!r} and transformers "
+                f"{ctx.profile.transformers_version} has no class {declared!r}"
+            )
         if not needs:
             return Outcome()
-        return Outcome(findings=[self.finding(
-            "error", f"{'; '.join(needs)}: the engine must run the model's own code, which it does only with "
-                     "--trust-remote-code (not given; never added by the image)")])
+        return Outcome(
+            findings=[
+                self.finding(
+                    "error",
+                    f"{'; '.join(needs)}: the engine must run the model's own code, which it does only with "
+                    "--trust-remote-code (not given; never added by the image)",
+                )
+            ]
+        )
 
 
 def _auto(config: dict, key: str) -> str:

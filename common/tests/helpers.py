@@ -61,8 +61,7 @@ def find_python(version: str) -> Optional[str]:
 
 def run_common(args: List[str], env: Optional[Dict[str, str]] = None, timeout: float = 180) -> subprocess.CompletedProcess:
     """`python -m common ARGS` from the repo root, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "common", *args], cwd=str(ROOT), env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "common", *args], cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def launch(env: Dict[str, str], model: Path, args: List[str]) -> subprocess.CompletedProcess:
@@ -70,11 +69,9 @@ def launch(env: Dict[str, str], model: Path, args: List[str]) -> subprocess.Comp
     return run_common(["launch", "--", *args], dict(env, MODEL_DIR=str(model)))
 
 
-def preflight_json(model: Path, card: str = "nv-a100", vllm_args: Optional[List[str]] = None,
-                   env: Optional[Dict[str, str]] = None) -> dict:
+def preflight_json(model: Path, card: str = "nv-a100", vllm_args: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None) -> dict:
     # The tests read the files the plan wrote: kept (a plain dry run removes them).
-    proc = run_common(["preflight", str(model), "--card", card, "--dry-run", "--keep-work-dir", "--json", "--",
-                       *(vllm_args or [])], env)
+    proc = run_common(["preflight", str(model), "--card", card, "--dry-run", "--keep-work-dir", "--json", "--", *(vllm_args or [])], env)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     return json.loads(proc.stdout)

@@ -20,14 +20,32 @@ def doctor(model, card="nv-a100", *args, env=None):
     return result.returncode, json.loads(result.stdout) if result.stdout.strip() else result.stderr
 
 
-@pytest.mark.parametrize("files, why", [
-    ({"config.json": dict(LLAMA, model_type="internlm2", architectures=["InternLM2ForCausalLM"],
-                          auto_map={"AutoConfig": "configuration_internlm2.InternLM2Config"})},
-     "maps AutoConfig to 'configuration_internlm2.InternLM2Config'"),
-    ({"config.json": LLAMA, "tokenizer_config.json": {"tokenizer_class": "TikTokenTokenizer",
-                                                      "auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]}}},
-     "maps AutoTokenizer to 'tokenization_kimi.TikTokenTokenizer'"),
-])
+@pytest.mark.parametrize(
+    "files, why",
+    [
+        (
+            {
+                "config.json": dict(
+                    LLAMA,
+                    model_type="internlm2",
+                    architectures=["InternLM2ForCausalLM"],
+                    auto_map={"AutoConfig": "configuration_internlm2.InternLM2Config"},
+                )
+            },
+            "maps AutoConfig to 'configuration_internlm2.InternLM2Config'",
+        ),
+        (
+            {
+                "config.json": LLAMA,
+                "tokenizer_config.json": {
+                    "tokenizer_class": "TikTokenTokenizer",
+                    "auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]},
+                },
+            },
+            "maps AutoTokenizer to 'tokenization_kimi.TikTokenTokenizer'",
+        ),
+    ],
+)
 def test_remote_code_without_the_flag_fails_and_with_it_is_judged_as_usual(tmp_path, env_for_tests, files, why):
     model = model_dir(tmp_path / "m", files)
     code, data = doctor(model, env=env_for_tests)
@@ -44,12 +62,21 @@ def test_known_model_type_with_an_auto_map_uses_the_engines_own_class(tmp_path, 
     assert findings(plan, "REMOTE_CODE") == []
 
 
-@pytest.mark.parametrize("config, unknown", [
-    (dict(LLAMA, model_type="qwen3_5", architectures=["Qwen3_5ForCausalLM"]), "model_type 'qwen3_5'"),
-    ({"architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3",
-      "text_config": {"model_type": "ministral3"}, "vision_config": {"model_type": "pixtral"}},
-     "text_config.model_type 'ministral3'"),
-])
+@pytest.mark.parametrize(
+    "config, unknown",
+    [
+        (dict(LLAMA, model_type="qwen3_5", architectures=["Qwen3_5ForCausalLM"]), "model_type 'qwen3_5'"),
+        (
+            {
+                "architectures": ["Mistral3ForConditionalGeneration"],
+                "model_type": "mistral3",
+                "text_config": {"model_type": "ministral3"},
+                "vision_config": {"model_type": "pixtral"},
+            },
+            "text_config.model_type 'ministral3'",
+        ),
+    ],
+)
 def test_a_model_type_the_engines_transformers_lacks_fails(tmp_path, env_for_tests, config, unknown):
     model = model_dir(tmp_path / "m", {"config.json": config})
     code, data = doctor(model, env=env_for_tests)
@@ -62,8 +89,9 @@ def test_doctor_asks_the_engines_autoconfig(tmp_path, env_for_tests):
     without its factor fails 4.57's validation on load): doctor's engine-side read catches it."""
     config = dict(LLAMA, rope_scaling={"rope_type": "llama3"})  # 4.57 validates rope_scaling on load
     code, data = doctor(model_dir(tmp_path / "m", {"config.json": config}), env=env_for_tests)
-    assert code == 1 and any(f["code"] == "CONFIG" and "cannot read config.json" in f["message"]
-                             for f in data["findings"]), data["findings"]
+    assert code == 1 and any(f["code"] == "CONFIG" and "cannot read config.json" in f["message"] for f in data["findings"]), data[
+        "findings"
+    ]
     code, data = doctor(model_dir(tmp_path / "ok", {"config.json": LLAMA}), env=env_for_tests)
     assert code == 0 and data["verdict"] == "starts"
 
@@ -75,8 +103,7 @@ def test_doctor_without_an_engine_to_ask_is_unverified(tmp_path, env_for_tests):
 
 
 def test_an_adapter_directory_is_named_as_one(tmp_path, env_for_tests):
-    model = model_dir(tmp_path / "m", {"adapter_config.json": {"base_model_name_or_path": "acme/base-7b",
-                                                                "peft_type": "LORA"}})
+    model = model_dir(tmp_path / "m", {"adapter_config.json": {"base_model_name_or_path": "acme/base-7b", "peft_type": "LORA"}})
     code, data = doctor(model, env=env_for_tests)
     [finding] = findings(data, "ADAPTER")
     assert code == 1 and "adapter for base model 'acme/base-7b', not a model" in finding["message"]

@@ -19,8 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def explain(*args):
-    return subprocess.run([sys.executable, "-m", "common", "explain", *args], cwd=str(ROOT), capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "common", "explain", *args], cwd=str(ROOT), capture_output=True, text=True, timeout=60)
 
 
 def test_every_code_has_a_page_with_why_and_fix():
@@ -53,11 +52,14 @@ def test_runtime_rules_are_registry_entries_and_triage_reads_the_registry():
 @pytest.mark.parametrize("spelling", ["R3b", "r3b", "R3B", " r3B "])
 def test_compat_skip_matches_codes_in_any_case(tmp_path, spelling):
     """A transformers-5 tokenizer config: R3b would rewrite its class; skipped in any spelling."""
-    model = model_dir(tmp_path / "m", {
-        "config.json": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "head_dim": 64},
-        "tokenizer_config.json": {"tokenizer_class": "TokenizersBackend", "chat_template": "{{ messages }}"},
-        "tokenizer.json": {"model": {"vocab": {}}},
-    })
+    model = model_dir(
+        tmp_path / "m",
+        {
+            "config.json": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "head_dim": 64},
+            "tokenizer_config.json": {"tokenizer_class": "TokenizersBackend", "chat_template": "{{ messages }}"},
+            "tokenizer.json": {"model": {"vocab": {}}},
+        },
+    )
     env = dict(os.environ, COMPAT_WORK_DIR=str(tmp_path / "work"))
     assert "R3b" in [r.code for r in build_plan(str(model), "nv-a100", [], env, verify=False).repairs]
     plan = build_plan(str(model), "nv-a100", [], dict(env, COMPAT_SKIP=f"R2,{spelling}"), verify=False)
@@ -68,7 +70,13 @@ def test_compat_skip_matches_codes_in_any_case(tmp_path, spelling):
 def test_compat_skip_says_when_a_code_is_unknown(tmp_path):
     model = model_dir(tmp_path / "m", {"config.json": {"architectures": ["LlamaForCausalLM"], "model_type": "llama"}})
     env = dict(os.environ, COMPAT_WORK_DIR=str(tmp_path / "w"), COMPAT_SKIP="R3c,oom")
-    result = subprocess.run([sys.executable, "-m", "common", "preflight", str(model), "--card", "nv-a100", "--json"],
-                            cwd=str(ROOT), capture_output=True, text=True, env=env, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "common", "preflight", str(model), "--card", "nv-a100", "--json"],
+        cwd=str(ROOT),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert result.returncode == 0 and json.loads(result.stdout)["card"] == "nv-a100"
     assert "COMPAT_SKIP names OOM, R3C, which no runtime rule has; ignored" in result.stderr

@@ -19,8 +19,14 @@ def only_h1(env_for_tests):
 
 
 def llama(head_dim=None, hidden=512, heads=4, **extra):
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
-              "num_attention_heads": heads, "num_key_value_heads": heads, **extra}
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        **extra,
+    }
     if head_dim is not None:
         config["head_dim"] = head_dim
     return config
@@ -37,10 +43,16 @@ def test_nv_a100_unforced_backend_falls_back_by_itself(tmp_path, env_for_tests):
     assert h1(plan) == [] and h1(plan, "findings") == [] and plan["env"] == {}
 
 
-@pytest.mark.parametrize("backend, size, rejected", [
-    ("FLASH_ATTN", 80, True), ("FLASH_ATTN", 128, False), ("TRITON_ATTN", 80, False),
-    ("TRITON_ATTN", 16, True), ("FLEX_ATTENTION", 80, False),
-])
+@pytest.mark.parametrize(
+    "backend, size, rejected",
+    [
+        ("FLASH_ATTN", 80, True),
+        ("FLASH_ATTN", 128, False),
+        ("TRITON_ATTN", 80, False),
+        ("TRITON_ATTN", 16, True),
+        ("FLEX_ATTENTION", 80, False),
+    ],
+)
 def test_nv_a100_forced_backend_that_rejects_the_size_is_a_finding(tmp_path, env_for_tests, backend, size, rejected):
     env = dict(env_for_tests, VLLM_ATTENTION_BACKEND=backend)
     model = model_dir(tmp_path / "m", {"config.json": llama(head_dim=size)})
@@ -53,13 +65,18 @@ def test_nv_a100_forced_backend_that_rejects_the_size_is_a_finding(tmp_path, env
     assert h1(plan) == [] and plan["env"] == {}
 
 
-@pytest.mark.parametrize("config, size", [
-    (llama(head_dim=80), 80),
-    (llama(hidden=960, heads=12), 80),                                               # hidden/heads
-    ({"model_type": "x", "text_config": llama(head_dim=112)}, 112),                  # nested
-    ({"model_type": "deepseek_v2", "qk_nope_head_dim": 64, "qk_rope_head_dim": 48,
-      "num_attention_heads": 8, "hidden_size": 512}, 112),                           # MLA
-])
+@pytest.mark.parametrize(
+    "config, size",
+    [
+        (llama(head_dim=80), 80),
+        (llama(hidden=960, heads=12), 80),  # hidden/heads
+        ({"model_type": "x", "text_config": llama(head_dim=112)}, 112),  # nested
+        (
+            {"model_type": "deepseek_v2", "qk_nope_head_dim": 64, "qk_rope_head_dim": 48, "num_attention_heads": 8, "hidden_size": 512},
+            112,
+        ),  # MLA
+    ],
+)
 def test_hygon_turns_off_the_flash_attn_paged_kernel_for_other_sizes(tmp_path, env_for_tests, config, size):
     model = model_dir(tmp_path / "m", {"config.json": config})
     plan = preflight_json(model, "hygon-k100", env=env_for_tests)
@@ -76,7 +93,7 @@ def test_hygon_supported_size_and_users_own_setting(tmp_path, env_for_tests):
     assert plan["env"] == {}  # the user's value stays
 
 
-@pytest.mark.parametrize("value", [0, -64, "128", 10 ** 9, 12.5, None])
+@pytest.mark.parametrize("value", [0, -64, "128", 10**9, 12.5, None])
 def test_bad_head_dim_is_a_finding_and_vllm_still_starts(tmp_path, env_for_tests, fake_vllm, value):
     config = llama(hidden=512, heads=0) if value is None else llama(head_dim=value)
     model = model_dir(tmp_path / "m", {"config.json": config})
@@ -131,7 +148,8 @@ def test_iluvatar_adds_the_size_to_the_real_paged_attn_list_at_start(tmp_path, e
     patched = target.read_text()
     # Only the list changed: every other line of the real file is as shipped.
     assert [a for a, b in zip(original.splitlines(), patched.splitlines(), strict=True) if a != b] == [
-        "        return [64, 80, 96, 112, 120, 128, 192, 256]"]
+        "        return [64, 80, 96, 112, 120, 128, 192, 256]"
+    ]
 
     assert launch(env, model, ["--port", "1"]).returncode == 0 and called.count() == 2
     assert target.read_text() == patched  # idempotent
@@ -168,6 +186,7 @@ def test_a_failing_engine_patch_costs_only_its_own_repair(tmp_path, monkeypatch,
     def broken(size):
         def transform(text):
             raise ValueError("transform bug")
+
         return transform
 
     site, _ = vendor_site(tmp_path, PAGED_ATTN.read_text())

@@ -8,8 +8,15 @@ import pytest
 
 from .helpers import model_dir, preflight_json
 
-MIXTRAL = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 256,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2}
+MIXTRAL = {
+    "architectures": ["MixtralForCausalLM"],
+    "model_type": "mixtral",
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -31,10 +38,13 @@ def test_mixtral_without_head_dim_gets_it_written_through_a_view_on_bi100(tmp_pa
     assert plan["args"] == ["--served-model-name", str(tmp_path / "m")]
 
 
-@pytest.mark.parametrize("config", [
-    MIXTRAL,                                                    # nv-a100: 0.11 falls back by itself
-    dict(MIXTRAL, head_dim=64),                                 # explicit: nothing to do
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        MIXTRAL,  # nv-a100: 0.11 falls back by itself
+        dict(MIXTRAL, head_dim=64),  # explicit: nothing to do
+    ],
+)
 def test_nothing_where_the_engine_needs_nothing(tmp_path, env_for_tests, config):
     for card in ("nv-a100", "iluvatar-bi100") if "head_dim" in config else ("nv-a100",):
         plan = preflight_json(model_dir(tmp_path / card, {"config.json": config}), card, env=env_for_tests)
@@ -42,8 +52,7 @@ def test_nothing_where_the_engine_needs_nothing(tmp_path, env_for_tests, config)
 
 
 def test_an_explicit_null_breaks_any_model_type_on_bi100(tmp_path, env_for_tests):
-    llama = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512,
-             "num_attention_heads": 4, "head_dim": None}
+    llama = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512, "num_attention_heads": 4, "head_dim": None}
     plan = preflight_json(model_dir(tmp_path / "m", {"config.json": llama}), "iluvatar-bi100", env=env_for_tests)
     [repair], _ = h2(plan)
     assert repair["config_edits"] == {"head_dim": 128} and "is null in config.json" in repair["detail"]

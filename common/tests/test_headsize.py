@@ -3,31 +3,39 @@ import pytest
 from common.headsize import detect_head_size
 
 
-@pytest.mark.parametrize("config, value, source", [
-    ({"hidden_size": 4096, "num_attention_heads": 32}, 128, "hidden_size/num_attention_heads"),
-    ({"hidden_size": 4096, "num_attention_heads": 32, "head_dim": 80}, 80, "head_dim"),
-    ({"qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "head_dim": 64, "hidden_size": 7168,
-      "num_attention_heads": 128}, 192, "qk_nope_head_dim+qk_rope_head_dim"),
-    ({"n_embd": 768, "n_head": 12}, 64, "n_embd/n_head"),
-    ({"d_kv": 64, "d_model": 512, "num_heads": 8}, 64, "d_kv"),
-    ({"model_type": "llava", "text_config": {"hidden_size": 2560, "num_attention_heads": 32}}, 80,
-     "hidden_size/num_attention_heads"),
-    ({"lm_config": {"head_dim": 72}}, 72, "head_dim"),
-])
+@pytest.mark.parametrize(
+    "config, value, source",
+    [
+        ({"hidden_size": 4096, "num_attention_heads": 32}, 128, "hidden_size/num_attention_heads"),
+        ({"hidden_size": 4096, "num_attention_heads": 32, "head_dim": 80}, 80, "head_dim"),
+        (
+            {"qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "head_dim": 64, "hidden_size": 7168, "num_attention_heads": 128},
+            192,
+            "qk_nope_head_dim+qk_rope_head_dim",
+        ),
+        ({"n_embd": 768, "n_head": 12}, 64, "n_embd/n_head"),
+        ({"d_kv": 64, "d_model": 512, "num_heads": 8}, 64, "d_kv"),
+        ({"model_type": "llava", "text_config": {"hidden_size": 2560, "num_attention_heads": 32}}, 80, "hidden_size/num_attention_heads"),
+        ({"lm_config": {"head_dim": 72}}, 72, "head_dim"),
+    ],
+)
 def test_forms(config, value, source):
     head = detect_head_size(config)
     assert (head.value, head.source, head.problem) == (value, source, None)
 
 
-@pytest.mark.parametrize("config, needle", [
-    ({"head_dim": 0}, "not a positive integer"),
-    ({"head_dim": -64}, "not a positive integer"),
-    ({"head_dim": "128"}, "not a positive integer"),
-    ({"head_dim": 10 ** 9}, "implausibly large"),
-    ({"hidden_size": 4096, "num_attention_heads": 0}, "not two positive integers"),
-    ({"hidden_size": 4000, "num_attention_heads": 3}, "not divisible"),
-    ({"vocab_size": 10}, "states no attention head size"),
-])
+@pytest.mark.parametrize(
+    "config, needle",
+    [
+        ({"head_dim": 0}, "not a positive integer"),
+        ({"head_dim": -64}, "not a positive integer"),
+        ({"head_dim": "128"}, "not a positive integer"),
+        ({"head_dim": 10**9}, "implausibly large"),
+        ({"hidden_size": 4096, "num_attention_heads": 0}, "not two positive integers"),
+        ({"hidden_size": 4000, "num_attention_heads": 3}, "not divisible"),
+        ({"vocab_size": 10}, "states no attention head size"),
+    ],
+)
 def test_bad_values_are_problems(config, needle):
     head = detect_head_size(config)
     assert head.value is None and needle in head.problem

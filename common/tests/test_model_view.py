@@ -15,9 +15,17 @@ from common.profile import PROFILE_DIR, Profile
 
 from .helpers import model_dir, tree_digest
 
-LLAMA = {"architectures": ["TinyChatForCausalLM"], "model_type": "llama", "hidden_size": 256,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512, "num_hidden_layers": 2,
-         "vocab_size": 396, "rope_theta": 10000.0}
+LLAMA = {
+    "architectures": ["TinyChatForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "vocab_size": 396,
+    "rope_theta": 10000.0,
+}
 
 
 def engine(card="nv-a100", drop_flags=(), **facts):
@@ -34,14 +42,19 @@ OLD_ENGINE = dict(drop_flags=("hf_overrides", "hf_config_path"), transformers_ba
 
 @pytest.fixture
 def model(tmp_path):
-    return model_dir(tmp_path / "model", {"config.json": LLAMA, "model.safetensors": b"\0" * 64,
-                                          "tokenizer.json": {"model": {"vocab": {}}}})
+    return model_dir(
+        tmp_path / "model", {"config.json": LLAMA, "model.safetensors": b"\0" * 64, "tokenizer.json": {"model": {"vocab": {}}}}
+    )
 
 
 def plan_for(monkeypatch, tmp_path, model, profile, user=(), verify=True, model_arg=None):
     monkeypatch.setattr(preflight, "load_profile", lambda card: profile)
-    env = {"COMPAT_WORK_DIR": str(tmp_path / "work"), "COMPAT_ENGINE_PYTHON": sys.executable,
-           "COMPAT_SKIP": "R2,R3,R3b,R5,H1,R7", "PATH": os.environ["PATH"]}
+    env = {
+        "COMPAT_WORK_DIR": str(tmp_path / "work"),
+        "COMPAT_ENGINE_PYTHON": sys.executable,
+        "COMPAT_SKIP": "R2,R3,R3b,R5,H1,R7",
+        "PATH": os.environ["PATH"],
+    }
     arg = model_arg or str(model)
     plan = Plan(card=profile.card, model_dir=os.path.abspath(arg))
     return preflight.build_plan(arg, profile.card, list(user), env, verify=verify, plan=plan)
@@ -85,9 +98,12 @@ def test_an_engine_with_hf_overrides_keeps_the_model_path(monkeypatch, tmp_path,
 
 def test_a_nested_edit_goes_through_hf_config_path(monkeypatch, tmp_path):
     """H2 on a nested text_config: --hf-overrides cannot set nested values, --hf-config-path can."""
-    config = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
-              "text_config": {"model_type": "mistral", "hidden_size": 256, "num_attention_heads": 4},
-              "vision_config": {"model_type": "clip_vision_model"}}
+    config = {
+        "architectures": ["LlavaForConditionalGeneration"],
+        "model_type": "llava",
+        "text_config": {"model_type": "mistral", "hidden_size": 256, "num_attention_heads": 4},
+        "vision_config": {"model_type": "clip_vision_model"},
+    }
     model = model_dir(tmp_path / "model", {"config.json": config})
     profile = engine(head_dim_none_fallback=False, null_head_dim_model_types=["mistral"])
     monkeypatch.setenv("COMPAT_SKIP", "")
@@ -130,8 +146,7 @@ def test_dry_runs_and_doctor_leave_nothing_behind(tmp_path, models, env_for_test
     work = tmp_path / "work"
     env = dict(env_for_tests, COMPAT_WORK_DIR=str(work))
     model = models("v5-generic")
-    for args in (["preflight", str(model), "--card", "nv-a100", "--dry-run", "--json"],
-                 ["doctor", str(model), "--card", "nv-a100"]):
+    for args in (["preflight", str(model), "--card", "nv-a100", "--dry-run", "--json"], ["doctor", str(model), "--card", "nv-a100"]):
         result = run_common(args, env)
         assert result.returncode == 0, result.stderr
         assert list(work.iterdir()) == [], args

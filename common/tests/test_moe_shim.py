@@ -38,8 +38,7 @@ TOL = {torch.float32: dict(atol=1e-5, rtol=1e-4), torch.bfloat16: dict(atol=2e-2
 
 def reference_block(top_k: int, experts: int = 8, hidden: int = 64, inter: int = 96, dtype=torch.float32):
     torch.manual_seed(0)
-    config = MixtralConfig(hidden_size=hidden, intermediate_size=inter, num_local_experts=experts,
-                           num_experts_per_tok=top_k)
+    config = MixtralConfig(hidden_size=hidden, intermediate_size=inter, num_local_experts=experts, num_experts_per_tok=top_k)
     block = MixtralSparseMoeBlock(config).eval().to(dtype)
     w13 = torch.stack([torch.cat([e.w1.weight, e.w3.weight]) for e in block.experts])
     w2 = torch.stack([e.w2.weight for e in block.experts])
@@ -80,8 +79,7 @@ def test_without_renormalisation_matches_dense_computation():
     probs = torch.softmax(logits, dim=-1)
     top = torch.topk(probs, 2, dim=-1)
     mask = torch.zeros_like(probs).scatter(1, top.indices, top.values)
-    dense = sum(mask[:, e:e + 1] * (torch.nn.functional.silu(x @ w13[e, :96].t()) * (x @ w13[e, 96:].t())) @ w2[e].t()
-                for e in range(8))
+    dense = sum(mask[:, e : e + 1] * (torch.nn.functional.silu(x @ w13[e, :96].t()) * (x @ w13[e, 96:].t())) @ w2[e].t() for e in range(8))
     torch.testing.assert_close(moe_forward(x, logits, w13, w2, 2, renormalize=False), dense, **TOL[torch.float32])
 
 
@@ -173,12 +171,15 @@ def test_block_without_reachable_weights_is_called_as_is():
     assert calls == [(3, 64)]
 
 
-@pytest.mark.parametrize("args, kwargs, needle", [
-    ((1, 2, 3, 4, 5, 6, 7), {}, "got 7 positional arguments"),
-    ((), {"hidden_states": 1}, "missing=['positions']"),
-    ((1, 2), {"cache": 3}, "unknown=['cache']"),
-    ((1, 2), {"positions": 1}, "got 'positions' twice"),
-])
+@pytest.mark.parametrize(
+    "args, kwargs, needle",
+    [
+        ((1, 2, 3, 4, 5, 6, 7), {}, "got 7 positional arguments"),
+        ((), {"hidden_states": 1}, "missing=['positions']"),
+        ((1, 2), {"cache": 3}, "unknown=['cache']"),
+        ((1, 2), {"positions": 1}, "got 'positions' twice"),
+    ],
+)
 def test_uninterpretable_calls_name_the_shim(args, kwargs, needle):
     block, w13, w2 = reference_block(top_k=2)
     with pytest.raises(ShimError) as err:
@@ -188,6 +189,7 @@ def test_uninterpretable_calls_name_the_shim(args, kwargs, needle):
 
 # --- the static path (CUDA graph capture) -------------------------------------------------------
 
+
 class HostSync(AssertionError):
     pass
 
@@ -195,9 +197,18 @@ class HostSync(AssertionError):
 aten = torch.ops.aten
 # Ops whose result needs the device's data on the host: a scalar read, or an output shape that
 # depends on the values.
-DATA_DEPENDENT = {aten._local_scalar_dense, aten.nonzero, aten.bincount, aten._unique, aten._unique2,
-                  aten.unique_dim, aten.unique_consecutive, aten.unique_dim_consecutive, aten.masked_select,
-                  aten.equal}
+DATA_DEPENDENT = {
+    aten._local_scalar_dense,
+    aten.nonzero,
+    aten.bincount,
+    aten._unique,
+    aten._unique2,
+    aten.unique_dim,
+    aten.unique_consecutive,
+    aten.unique_dim_consecutive,
+    aten.masked_select,
+    aten.equal,
+}
 INDEX_OPS = {aten.index, aten.index_put, aten.index_put_, aten._index_put_impl_}
 
 
@@ -246,27 +257,31 @@ class NoHostSync(TorchDispatchMode):
 def _refuse(name):
     def refuse(*args, **kwargs):
         raise HostSync(f"Tensor.{name}() reads device data on the host")
+
     return refuse
 
 
-@pytest.mark.parametrize("what, sync", [
-    ("tolist", lambda x: x.tolist()),
-    ("numpy", lambda x: x.numpy()),
-    ("item", lambda x: x.sum().item()),
-    ("bool", lambda x: bool(x.sum() > 0)),
-    ("nonzero", lambda x: torch.nonzero(x)),
-    ("where-1-arg", lambda x: torch.where(x > 0)),
-    ("bincount", lambda x: torch.bincount(x.abs().long())),
-    ("unique", lambda x: torch.unique(x)),
-    ("unique-consecutive", lambda x: torch.unique_consecutive(x)),
-    ("masked_select", lambda x: torch.masked_select(x, x > 0)),
-    ("bool-index", lambda x: x[x > 0]),
-    ("bool-index-put", lambda x: x.index_put_((x > 0,), torch.tensor(0.0))),
-    ("repeat_interleave", lambda x: torch.repeat_interleave(x, x.abs().long())),
-    ("equal", lambda x: torch.equal(x, x)),
-    ("to-other-device", lambda x: x.to("meta")),
-    ("copy-across-devices", lambda x: torch.empty(4, device="meta").copy_(x)),
-])
+@pytest.mark.parametrize(
+    "what, sync",
+    [
+        ("tolist", lambda x: x.tolist()),
+        ("numpy", lambda x: x.numpy()),
+        ("item", lambda x: x.sum().item()),
+        ("bool", lambda x: bool(x.sum() > 0)),
+        ("nonzero", lambda x: torch.nonzero(x)),
+        ("where-1-arg", lambda x: torch.where(x > 0)),
+        ("bincount", lambda x: torch.bincount(x.abs().long())),
+        ("unique", lambda x: torch.unique(x)),
+        ("unique-consecutive", lambda x: torch.unique_consecutive(x)),
+        ("masked_select", lambda x: torch.masked_select(x, x > 0)),
+        ("bool-index", lambda x: x[x > 0]),
+        ("bool-index-put", lambda x: x.index_put_((x > 0,), torch.tensor(0.0))),
+        ("repeat_interleave", lambda x: torch.repeat_interleave(x, x.abs().long())),
+        ("equal", lambda x: torch.equal(x, x)),
+        ("to-other-device", lambda x: x.to("meta")),
+        ("copy-across-devices", lambda x: torch.empty(4, device="meta").copy_(x)),
+    ],
+)
 def test_the_no_host_sync_check_can_fail(what, sync):
     x = torch.tensor([1.0, -2.0, 0.0, 3.0])
     with pytest.raises(HostSync), NoHostSync():
@@ -308,8 +323,7 @@ def routed_block(top_k: int, renormalize: bool, dtype):
     if renormalize:
         return reference_block(top_k, dtype=dtype)
     torch.manual_seed(0)
-    config = Qwen3MoeConfig(hidden_size=64, moe_intermediate_size=96, num_experts=8, num_experts_per_tok=top_k,
-                            norm_topk_prob=False)
+    config = Qwen3MoeConfig(hidden_size=64, moe_intermediate_size=96, num_experts=8, num_experts_per_tok=top_k, norm_topk_prob=False)
     block = Qwen3MoeSparseMoeBlock(config).eval().to(dtype)
     w13 = torch.stack([torch.cat([e.gate_proj.weight, e.up_proj.weight]) for e in block.experts])
     w2 = torch.stack([e.down_proj.weight for e in block.experts])
@@ -374,6 +388,7 @@ def force_path(monkeypatch, path: str) -> list:
         def wrapper(*args, **kwargs):
             taken.append(name)
             return fn(*args, **kwargs)
+
         return wrapper
 
     monkeypatch.setattr(layers, "static_moe_required", lambda hidden_states: path == "static")

@@ -24,14 +24,21 @@ def r2(plan, key="repairs"):
 
 def render_with_transformers(tokenizer_dir: Path, template: Path) -> str:
     """The engine's transformers (4.57, .venv) applies the written template to a conversation."""
-    code = ("import sys\nfrom transformers import AutoTokenizer\n"
-            "tok = AutoTokenizer.from_pretrained(sys.argv[1])\n"
-            "msgs = [{'role': 'user', 'content': 'hello there'}, {'role': 'assistant', 'content': 'hi'},"
-            " {'role': 'user', 'content': 'bye'}]\n"
-            "print(tok.apply_chat_template(msgs, chat_template=open(sys.argv[2]).read(), tokenize=False,"
-            " add_generation_prompt=True), end='')\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(tokenizer_dir), str(template)], capture_output=True,
-                          text=True, timeout=120, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys\nfrom transformers import AutoTokenizer\n"
+        "tok = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+        "msgs = [{'role': 'user', 'content': 'hello there'}, {'role': 'assistant', 'content': 'hi'},"
+        " {'role': 'user', 'content': 'bye'}]\n"
+        "print(tok.apply_chat_template(msgs, chat_template=open(sys.argv[2]).read(), tokenize=False,"
+        " add_generation_prompt=True), end='')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tokenizer_dir), str(template)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -44,8 +51,10 @@ def test_model_without_template_gets_chatml_when_its_vocab_has_the_markers(model
     assert plan["facts"]["chat_template_source"] is None
     assert plan["args"][0] == "--chat-template" and plan["args"][1].endswith("chat_template.jinja")
     text = render_with_transformers(model, Path(plan["args"][1]))
-    assert text == ("<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\nhi<|im_end|>\n"
-                    "<|im_start|>user\nbye<|im_end|>\n<|im_start|>assistant\n")
+    assert text == (
+        "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\nhi<|im_end|>\n"
+        "<|im_start|>user\nbye<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_vocabulary_without_chatml_gets_a_plain_template_with_its_own_bos_eos(models, env_for_tests, tmp_path):
@@ -58,8 +67,7 @@ def test_vocabulary_without_chatml_gets_a_plain_template_with_its_own_bos_eos(mo
     tokenizer["model"]["vocab"] = {k.replace("im_", "xx_"): v for k, v in tokenizer["model"]["vocab"].items()}
     (model / "tokenizer.json").write_text(json.dumps(tokenizer))
     config = json.loads((base / "tokenizer_config.json").read_text())
-    config = {k: (v.replace("im_", "xx_") if isinstance(v, str) else v) for k, v in config.items()
-              if k != "added_tokens_decoder"}
+    config = {k: (v.replace("im_", "xx_") if isinstance(v, str) else v) for k, v in config.items() if k != "added_tokens_decoder"}
     (model / "tokenizer_config.json").write_text(json.dumps(config))
     (model / "config.json").write_text((base / "config.json").read_text())
     plan = preflight_json(model, env=env_for_tests)
@@ -69,25 +77,31 @@ def test_vocabulary_without_chatml_gets_a_plain_template_with_its_own_bos_eos(mo
     assert text == "<|endoftext|>User: hello there\nAssistant: hi<|xx_end|>\nUser: bye\nAssistant:"
 
 
-@pytest.mark.parametrize("files", [
-    {"chat_template.jinja": CHATML},
-    {"chat_template.json": {"chat_template": CHATML}},
-    {"tokenizer_config.json": {"chat_template": CHATML}},
-    {"tokenizer_config.json": {"chat_template": [{"name": "default", "template": CHATML}]}},
-])
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"chat_template.jinja": CHATML},
+        {"chat_template.json": {"chat_template": CHATML}},
+        {"tokenizer_config.json": {"chat_template": CHATML}},
+        {"tokenizer_config.json": {"chat_template": [{"name": "default", "template": CHATML}]}},
+    ],
+)
 def test_a_template_anywhere_transformers_looks_means_nothing_is_added(tmp_path, env_for_tests, files):
     model = model_dir(tmp_path / "m", {"config.json": {"model_type": "llama"}, **files})
     plan = preflight_json(model, env=env_for_tests)
     assert r2(plan) == [] and r2(plan, "findings") == [] and plan["args"] == []
 
 
-@pytest.mark.parametrize("user, env, why", [
-    (["--chat-template", "/t.jinja"], {}, "--chat-template is given"),
-    (["--chat_template=/t.jinja"], {}, "--chat-template is given"),
-    (["--runner", "pooling"], {}, "--runner pooling"),
-    (["--task", "embed"], {}, "--task embed"),
-    ([], {"COMPAT_CHAT_TEMPLATE": "off"}, "COMPAT_CHAT_TEMPLATE=off"),
-])
+@pytest.mark.parametrize(
+    "user, env, why",
+    [
+        (["--chat-template", "/t.jinja"], {}, "--chat-template is given"),
+        (["--chat_template=/t.jinja"], {}, "--chat-template is given"),
+        (["--runner", "pooling"], {}, "--runner pooling"),
+        (["--task", "embed"], {}, "--task embed"),
+        ([], {"COMPAT_CHAT_TEMPLATE": "off"}, "COMPAT_CHAT_TEMPLATE=off"),
+    ],
+)
 def test_skipped_for_user_templates_pooling_and_opt_out(models, env_for_tests, user, env, why):
     plan = preflight_json(models("457-generic-notemplate"), vllm_args=user, env=dict(env_for_tests, **env))
     assert r2(plan) == [] and plan["args"] == []
@@ -95,11 +109,9 @@ def test_skipped_for_user_templates_pooling_and_opt_out(models, env_for_tests, u
 
 
 @pytest.mark.parametrize("where", ["chat_template.jinja", "tokenizer_config.json"])
-def test_shipped_template_reaching_for_python_internals_is_reported_and_vllm_starts(
-        tmp_path, env_for_tests, fake_vllm, where):
+def test_shipped_template_reaching_for_python_internals_is_reported_and_vllm_starts(tmp_path, env_for_tests, fake_vllm, where):
     evil = "{{ ''.__class__.__mro__[1].__subclasses__() }}"
-    files = {"chat_template.jinja": evil} if where == "chat_template.jinja" else {
-        "tokenizer_config.json": {"chat_template": evil}}
+    files = {"chat_template.jinja": evil} if where == "chat_template.jinja" else {"tokenizer_config.json": {"chat_template": evil}}
     model = model_dir(tmp_path / "m", {"config.json": {"model_type": "llama"}, **files})
     plan = preflight_json(model, env=env_for_tests)
     [finding] = r2(plan, "findings")

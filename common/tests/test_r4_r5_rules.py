@@ -14,8 +14,14 @@ def only_r4_r5(env_for_tests):
 
 
 def llama(**extra):
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
-            "num_attention_heads": 4, "rope_theta": 10000.0, **extra}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "rope_theta": 10000.0,
+        **extra,
+    }
 
 
 def repairs(plan, code):
@@ -32,6 +38,7 @@ def overrides(plan):
 
 
 # ---- R4 ------------------------------------------------------------------------------------
+
 
 def test_registered_architecture_gets_nothing(tmp_path, env_for_tests):
     plan = preflight_json(model_dir(tmp_path / "m", {"config.json": llama()}), env=env_for_tests)
@@ -69,8 +76,7 @@ def test_users_hf_overrides_absorb_the_architecture(tmp_path, env_for_tests, fak
     assert launch(env_for_tests, model, user).returncode == 0
     argv = called()["argv"]
     assert argv.count("--hf-overrides") == 1
-    assert json.loads(argv[argv.index("--hf-overrides") + 1]) == {
-        "architectures": ["LlamaForCausalLM"], "max_position_embeddings": 300}
+    assert json.loads(argv[argv.index("--hf-overrides") + 1]) == {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 300}
 
 
 @pytest.mark.parametrize("value", ["LlamaForCausalLM", [], [1], {"a": 1}, [""]])
@@ -108,8 +114,7 @@ def test_a_profile_without_a_registry_snapshot_says_unverified(tmp_path):
 
 def test_class_the_transformers_backend_refuses_is_an_error(tmp_path, env_for_tests):
     """T5: transformers 4.57 has the class, but is_backend_compatible() is False: vLLM 0.11 refuses."""
-    config = {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 512, "num_heads": 8,
-              "d_kv": 64}
+    config = {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 512, "num_heads": 8, "d_kv": 64}
     plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), env=env_for_tests)
     [finding] = findings(plan, "R4")
     assert finding["severity"] == "error" and "is_backend_compatible() is False" in finding["message"]
@@ -155,8 +160,14 @@ def test_rope_theta_inside_rope_parameters_is_restored_with_hf_overrides(tmp_pat
 
 
 def test_scaled_rope_restores_rope_scaling_too(tmp_path, env_for_tests):
-    rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    rope = {
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
     config = v5_config()
     config["rope_parameters"] = rope
     plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), env=env_for_tests)
@@ -173,15 +184,18 @@ def test_engine_without_hf_overrides_gets_its_own_flags(tmp_path, env_for_tests)
 
 def test_users_values_win(tmp_path, env_for_tests):
     model = model_dir(tmp_path / "m", {"config.json": v5_config()})
-    plan = preflight_json(model, vllm_args=["--hf-overrides={\"rope_theta\": 2.0}"], env=env_for_tests)
+    plan = preflight_json(model, vllm_args=['--hf-overrides={"rope_theta": 2.0}'], env=env_for_tests)
     assert plan["args"] == [] and plan["user_args"] == ['--hf-overrides={"rope_theta": 2.0}']
     plan = preflight_json(model, "iluvatar-bi100", vllm_args=["--dtype", "float16"], env=env_for_tests)
     assert plan["args"] == ["--rope-theta", "1000000.0"]
 
 
 def test_nested_text_config_loss_is_reported(tmp_path, env_for_tests):
-    config = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
-              "text_config": {"model_type": "llama", "rope_parameters": dict(V5_ROPE)}}
+    config = {
+        "architectures": ["LlavaForConditionalGeneration"],
+        "model_type": "llava",
+        "text_config": {"model_type": "llama", "rope_parameters": dict(V5_ROPE)},
+    }
     plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), env=env_for_tests)
     assert plan["args"] == []
     assert "text_config holds rope_theta" in findings(plan, "R5")[0]["message"]

@@ -14,9 +14,16 @@ def only_rules_under_test(env_for_tests):
     """The other rules have their own tests; here they would only add unrelated repairs."""
     env_for_tests["COMPAT_SKIP"] = "R2,R4,R5,H1,H2"
 
+
 SHIMS = str(ROOT / "common" / "shims")
-MIXTRAL = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 64,
-           "num_attention_heads": 4, "num_local_experts": 4, "num_experts_per_tok": 2}
+MIXTRAL = {
+    "architectures": ["MixtralForCausalLM"],
+    "model_type": "mixtral",
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+}
 
 
 def site(tmp_path, layers: bool, ixformer: bool = True):
@@ -50,10 +57,13 @@ def test_absent_module_gets_the_shim_and_the_real_package_keeps_working(tmp_path
     assert [r["code"] for r in plan["repairs"]] == ["R7"]
     path = plan["env"]["PYTHONPATH"].split(os.pathsep)
     assert path[0] == SHIMS and path[1:] == env["PYTHONPATH"].split(os.pathsep)
-    code = ("import ixformer, ixformer.ops; from ixformer.contrib.vllm.layers import mixtral_decoder_layer_forward as f; "
-            "print(ixformer.VENDOR, ixformer.ops.gelu(), f.__module__, 'shim' in f.__globals__['SHIM'])")
-    out = subprocess.run([sys.executable, "-c", code], env=dict(env, PYTHONPATH=plan["env"]["PYTHONPATH"]),
-                         capture_output=True, text=True, check=True).stdout
+    code = (
+        "import ixformer, ixformer.ops; from ixformer.contrib.vllm.layers import mixtral_decoder_layer_forward as f; "
+        "print(ixformer.VENDOR, ixformer.ops.gelu(), f.__module__, 'shim' in f.__globals__['SHIM'])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=dict(env, PYTHONPATH=plan["env"]["PYTHONPATH"]), capture_output=True, text=True, check=True
+    ).stdout
     assert out.split() == ["real", "ixformer", "vendor", "op", "ixformer.contrib.vllm.layers", "True"]
 
 
@@ -65,14 +75,20 @@ def test_present_module_is_left_alone(tmp_path, env_for_tests):
 def test_no_ixformer_at_all_still_gets_a_working_shim(tmp_path, env_for_tests):
     plan, env = plan_for(tmp_path, env_for_tests, site(tmp_path, layers=False, ixformer=False))
     assert [r["code"] for r in plan["repairs"]] == ["R7"]
-    subprocess.run([sys.executable, "-c", "from ixformer.contrib.vllm.layers import mixtral_decoder_layer_forward"],
-                   env=dict(env, PYTHONPATH=plan["env"]["PYTHONPATH"]), check=True)
+    subprocess.run(
+        [sys.executable, "-c", "from ixformer.contrib.vllm.layers import mixtral_decoder_layer_forward"],
+        env=dict(env, PYTHONPATH=plan["env"]["PYTHONPATH"]),
+        check=True,
+    )
 
 
-@pytest.mark.parametrize("config", [
-    {"architectures": ["LlamaForCausalLM"], "model_type": "llama"},
-    {"architectures": "MixtralForCausalLM"},  # wrong type: no crash, no repair
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"architectures": ["LlamaForCausalLM"], "model_type": "llama"},
+        {"architectures": "MixtralForCausalLM"},  # wrong type: no crash, no repair
+    ],
+)
 def test_other_models_get_nothing(tmp_path, env_for_tests, config):
     plan, _ = plan_for(tmp_path, env_for_tests, site(tmp_path, layers=False), config)
     assert plan["repairs"] == [] and plan["env"] == {}

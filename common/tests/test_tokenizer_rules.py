@@ -86,12 +86,18 @@ def test_no_engine_transformers_means_no_unverified_repair(models, env_for_tests
 
 
 def test_remote_code_tokenizer_is_reported_not_rewritten(tmp_path, env_for_tests):
-    model = model_dir(tmp_path / "m", {
-        "config.json": {"model_type": "custom", "architectures": ["CustomForCausalLM"]},
-        "tokenizer_config.json": {"tokenizer_class": "CustomTokenizer", "extra_special_tokens": ["<a>"],
-                                  "auto_map": {"AutoTokenizer": ["tokenization_custom.CustomTokenizer", None]}},
-        "tokenization_custom.py": "class CustomTokenizer: pass\n",
-    })
+    model = model_dir(
+        tmp_path / "m",
+        {
+            "config.json": {"model_type": "custom", "architectures": ["CustomForCausalLM"]},
+            "tokenizer_config.json": {
+                "tokenizer_class": "CustomTokenizer",
+                "extra_special_tokens": ["<a>"],
+                "auto_map": {"AutoTokenizer": ["tokenization_custom.CustomTokenizer", None]},
+            },
+            "tokenization_custom.py": "class CustomTokenizer: pass\n",
+        },
+    )
     plan = preflight_json(model, env=env_for_tests)
     assert plan["repairs"] == [] and plan["args"] == []
     assert all("remote-code tokenizer" in f["message"] for f in plan["findings"] if f["code"] in ("R3", "R3b"))
@@ -120,10 +126,13 @@ def test_missing_tokenizer_config_left_alone_when_model_type_maps(models, env_fo
 
 
 def test_tiktoken_unknown_class_is_a_finding(tmp_path, env_for_tests):
-    model = model_dir(tmp_path / "m", {
-        "tokenizer_config.json": {"tokenizer_class": "TiktokenTokenizer"},
-        "tokenizer.tiktoken": "aGVsbG8= 0\n",
-    })
+    model = model_dir(
+        tmp_path / "m",
+        {
+            "tokenizer_config.json": {"tokenizer_class": "TiktokenTokenizer"},
+            "tokenizer.tiktoken": "aGVsbG8= 0\n",
+        },
+    )
     plan = preflight_json(model, env=env_for_tests)
     assert plan["repairs"] == []
     [finding] = [f for f in plan["findings"] if f["code"] == "R3b"]

@@ -17,8 +17,7 @@ from .helpers import model_dir
 NEXT_PYTHON = Path(__file__).resolve().parents[2] / ".venv-author" / "bin" / "python"
 needs_transformers5 = pytest.mark.skipif(not NEXT_PYTHON.exists(), reason="needs .venv-author: run `make author-env`")
 
-QWEN35 = {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5", "hidden_size": 256,
-          "num_attention_heads": 4, "head_dim": 64}
+QWEN35 = {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5", "hidden_size": 256, "num_attention_heads": 4, "head_dim": 64}
 
 
 @pytest.fixture
@@ -62,8 +61,7 @@ def test_doctor_reports_every_variant_and_recommends_the_one_that_starts(profile
 
 
 @needs_transformers5
-def test_a_transformers5_model_needs_no_repair_on_a_transformers5_engine(profiles, models, env_for_tests, capsys,
-                                                                         tmp_path):
+def test_a_transformers5_model_needs_no_repair_on_a_transformers5_engine(profiles, models, env_for_tests, capsys, tmp_path):
     """The profile decides, not a version number: R3, R3b and R5 find nothing to repair there."""
     env = dict(env_for_tests, COMPAT_WORK_DIR=str(tmp_path / "work"), COMPAT_ENGINE_PYTHON_NEXT=str(NEXT_PYTHON))
     assert doctor.run(str(models("v5-generic")), "nv-a100", [], env, as_json=True) == 0
@@ -80,8 +78,7 @@ def test_a_named_variant_is_judged_alone(profiles, tmp_path, env_for_tests, caps
     assert "variants" not in json.loads(capsys.readouterr().out)
 
 
-def test_a_variant_without_its_engines_python_is_unverified_not_judged_by_another(profiles, tmp_path,
-                                                                                  env_for_tests, capsys):
+def test_a_variant_without_its_engines_python_is_unverified_not_judged_by_another(profiles, tmp_path, env_for_tests, capsys):
     model = model_dir(tmp_path / "m", {"config.json": QWEN35})
     env = dict(env_for_tests, COMPAT_WORK_DIR=str(tmp_path / "work"))
     assert doctor.run(str(model), "nv-a100", [], env, as_json=True) == 1

@@ -14,8 +14,10 @@ from .helpers import ROOT, model_dir, run_common
 
 TF455_PYTHON = ROOT / ".venv-tf455" / "bin" / "python"
 AUTHOR_PYTHON = ROOT / ".venv-author" / "bin" / "python"
-ENGINES = [pytest.param(Path(sys.executable), id="transformers-4.57"),  # .venv, what nv-a100 ships
-           pytest.param(TF455_PYTHON, id="transformers-4.55.4")]        # iluvatar-bi100's
+ENGINES = [
+    pytest.param(Path(sys.executable), id="transformers-4.57"),  # .venv, what nv-a100 ships
+    pytest.param(TF455_PYTHON, id="transformers-4.55.4"),
+]  # iluvatar-bi100's
 BAD_TIMEOUTS = ["inf", "nan", "-1", "1e300", "soon"]
 
 
@@ -32,9 +34,7 @@ def counting_python(tmp_path, before_exec="", python=sys.executable):
     wrapper = tmp_path / "engine-python"
     run = before_exec or f'exec {python} "$@"'
     wrapper.write_text(
-        "#!/bin/sh\n"
-        f"echo \"USE_TORCH=$USE_TORCH USE_TF=$USE_TF USE_FLAX=$USE_FLAX HF_HUB_OFFLINE=$HF_HUB_OFFLINE\" >> '{record}'\n"
-        f"{run}\n"
+        f"#!/bin/sh\necho \"USE_TORCH=$USE_TORCH USE_TF=$USE_TF USE_FLAX=$USE_FLAX HF_HUB_OFFLINE=$HF_HUB_OFFLINE\" >> '{record}'\n{run}\n"
     )
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
     return wrapper, lambda: record.read_text().splitlines() if record.exists() else []
@@ -95,8 +95,12 @@ def test_all_requests_of_a_start_share_one_process(models, overlay, tmp_path, en
     wrapper, starts = counting_python(tmp_path)
     caller_env = dict(os.environ)
     model = models("v5-generic")
-    requests = [tokenizer_request(overlay, model), config_request(model, "head_dim"),
-                {"kind": "no-such-check"}, config_request(tmp_path / "nowhere")]
+    requests = [
+        tokenizer_request(overlay, model),
+        config_request(model, "head_dim"),
+        {"kind": "no-such-check"},
+        config_request(tmp_path / "nowhere"),
+    ]
     verdicts = run_checks(requests, dict(env_for_tests, COMPAT_ENGINE_PYTHON=str(wrapper)))
     assert [v.ok for v in verdicts] == [True, True, False, False]
     assert [v.result["index"] for v in verdicts] == [0, 1, 2, 3]
@@ -115,8 +119,10 @@ def test_no_requests_start_nothing(tmp_path, env_for_tests):
 
 def test_clean_model_starts_no_check(models, tmp_path, env_for_tests):
     wrapper, starts = counting_python(tmp_path)
-    proc = run_common(["preflight", str(models("457-generic")), "--card", "nv-a100", "--dry-run", "--json"],
-                      dict(env_for_tests, COMPAT_ENGINE_PYTHON=str(wrapper)))
+    proc = run_common(
+        ["preflight", str(models("457-generic")), "--card", "nv-a100", "--dry-run", "--json"],
+        dict(env_for_tests, COMPAT_ENGINE_PYTHON=str(wrapper)),
+    )
     assert proc.returncode == 0 and json.loads(proc.stdout)["repairs"] == [], proc.stderr
     assert starts() == []
 
@@ -126,23 +132,49 @@ def config_answers(tmp_path_factory):
     """The config checks below, asked in one batch of the dev venv's transformers 4.57."""
     base = tmp_path_factory.mktemp("configs")
     marker = base / "remote" / "REMOTE-CODE-RAN"
-    model_dir(base / "remote", {
-        "config.json": {"model_type": "custom_thing", "architectures": ["CustomForCausalLM"],
-                        "auto_map": {"AutoConfig": "configuration_custom.CustomConfig"}},
-        "configuration_custom.py": f"open({str(marker)!r}, 'w').close()\n"
-                                   "from transformers import PretrainedConfig\n"
-                                   "class CustomConfig(PretrainedConfig):\n    model_type = 'custom_thing'\n",
-    })
+    model_dir(
+        base / "remote",
+        {
+            "config.json": {
+                "model_type": "custom_thing",
+                "architectures": ["CustomForCausalLM"],
+                "auto_map": {"AutoConfig": "configuration_custom.CustomConfig"},
+            },
+            "configuration_custom.py": f"open({str(marker)!r}, 'w').close()\n"
+            "from transformers import PretrainedConfig\n"
+            "class CustomConfig(PretrainedConfig):\n    model_type = 'custom_thing'\n",
+        },
+    )
     model_dir(base / "unknown", {"config.json": {"model_type": "brand_new_arch", "hidden_size": 64}})
-    model_dir(base / "mixtral", {"config.json": {
-        "model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "hidden_size": 256,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4}})
-    model_dir(base / "llava", {"config.json": {
-        "model_type": "llava", "architectures": ["LlavaForConditionalGeneration"],
-        "text_config": {"model_type": "llama", "hidden_size": 128, "num_attention_heads": 4, "rope_theta": 5e5}}})
-    requests = [config_request(base / "remote", "head_dim"), config_request(base / "unknown"),
-                config_request(base / "mixtral", "head_dim", "rope_theta", "torch_dtype"),
-                config_request(base / "llava", "rope_theta", "head_dim")]
+    model_dir(
+        base / "mixtral",
+        {
+            "config.json": {
+                "model_type": "mixtral",
+                "architectures": ["MixtralForCausalLM"],
+                "hidden_size": 256,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "num_local_experts": 4,
+            }
+        },
+    )
+    model_dir(
+        base / "llava",
+        {
+            "config.json": {
+                "model_type": "llava",
+                "architectures": ["LlavaForConditionalGeneration"],
+                "text_config": {"model_type": "llama", "hidden_size": 128, "num_attention_heads": 4, "rope_theta": 5e5},
+            }
+        },
+    )
+    requests = [
+        config_request(base / "remote", "head_dim"),
+        config_request(base / "unknown"),
+        config_request(base / "mixtral", "head_dim", "rope_theta", "torch_dtype"),
+        config_request(base / "llava", "rope_theta", "head_dim"),
+    ]
     remote, unknown, mixtral, llava = run_checks(requests, dict(os.environ, COMPAT_ENGINE_PYTHON=sys.executable))
     return base, marker, {"remote": remote, "unknown": unknown, "mixtral": mixtral, "llava": llava}
 
@@ -193,16 +225,16 @@ def test_no_engine_python_is_unverified(models, overlay, env_for_tests):
 
 def test_no_transformers_is_unverified(models, overlay, tmp_path, env_for_tests):
     wrapper, _ = counting_python(tmp_path, before_exec=f'exec {sys.executable} -S "$@"')  # no site-packages
-    verdicts = run_checks([tokenizer_request(overlay, models("v5-generic")), config_request(overlay)],
-                          dict(env_for_tests, COMPAT_ENGINE_PYTHON=str(wrapper)))
+    verdicts = run_checks(
+        [tokenizer_request(overlay, models("v5-generic")), config_request(overlay)], dict(env_for_tests, COMPAT_ENGINE_PYTHON=str(wrapper))
+    )
     assert [v.ok for v in verdicts] == [None, None]
     assert all("transformers is not importable here" in v.reason for v in verdicts)
 
 
 def test_child_that_dies_fails_what_it_did_not_answer(tmp_path, env_for_tests):
     wrapper, _ = counting_python(tmp_path, before_exec="echo 'engine exploded' >&2; exit 3")
-    verdicts = run_checks([config_request(tmp_path), config_request(tmp_path)],
-                          dict(env_for_tests, COMPAT_ENGINE_PYTHON=str(wrapper)))
+    verdicts = run_checks([config_request(tmp_path), config_request(tmp_path)], dict(env_for_tests, COMPAT_ENGINE_PYTHON=str(wrapper)))
     assert [v.ok for v in verdicts] == [False, False]
     assert verdicts[0].reason == "verification exited 3: engine exploded"
 

@@ -50,6 +50,7 @@ def install(ops_dir: str, target: str) -> list:
         except (OSError, SyntaxError) as exc:
             report.append((name, f"failed: {exc}"))
     if additions:
+
         def export(text: str) -> str:
             missing = [line for line in additions if line not in (ln.strip() for ln in text.splitlines())]
             if not missing:

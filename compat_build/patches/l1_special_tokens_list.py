@@ -10,7 +10,7 @@ from __future__ import annotations
 from common.patching import AnchorMissing, function_span, is_docstring
 
 MARKER = "enginex-compat L1"
-BLOCK = f'''\
+BLOCK = f"""\
 if isinstance(special_tokens, (list, tuple)):
     # {MARKER}: transformers 5 saves extra_special_tokens as a list of tokens; 4.x's name for
     # that is additional_special_tokens (a dict here names attributes instead).
@@ -20,7 +20,7 @@ if isinstance(special_tokens, (list, tuple)):
         list(self._special_tokens_map.get("additional_special_tokens") or []) + extra)
     self.extra_special_tokens = {{}}
     return
-'''
+"""
 MODULE = "transformers.tokenization_utils_base"
 
 
@@ -30,7 +30,7 @@ def transform(text: str) -> str:
     node, lines = function_span(text, "_set_model_specific_special_tokens", cls="SpecialTokensMixin")
     body = node.body
     first = body[1] if len(body) > 1 and is_docstring(body[0]) else body[0]
-    if "special_tokens.keys()" not in "".join(lines[node.lineno - 1:node.end_lineno]):
+    if "special_tokens.keys()" not in "".join(lines[node.lineno - 1 : node.end_lineno]):
         raise AnchorMissing("_set_model_specific_special_tokens no longer calls special_tokens.keys()")
     indent = " " * first.col_offset
     block = "".join(indent + line if line.strip() else line for line in BLOCK.splitlines(keepends=True))

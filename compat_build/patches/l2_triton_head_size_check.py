@@ -19,8 +19,9 @@ _FIXED_LIST = re.compile(r"def get_supported_head_sizes\(.*?\):\s*\n\s*return \[
 
 def transform(text: str) -> str:
     node, lines = function_span(text, "validate_head_size", cls="TritonAttentionBackend")
-    source = "".join(lines[node.lineno - 1:node.end_lineno])
+    source = "".join(lines[node.lineno - 1 : node.end_lineno])
     if "head_size < 32" not in source or _FIXED_LIST.search(text):
-        raise AnchorMissing("TritonAttentionBackend.validate_head_size is not the `head_size < 32` check of "
-                            "vLLM 0.11.0; decide L2 again for this vLLM")
+        raise AnchorMissing(
+            "TritonAttentionBackend.validate_head_size is not the `head_size < 32` check of vLLM 0.11.0; decide L2 again for this vLLM"
+        )
     return text  # nothing to change: the check is the kernel's real limit

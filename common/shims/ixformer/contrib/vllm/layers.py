@@ -22,8 +22,7 @@ class ShimError(TypeError):
     pass
 
 
-def _route(router_logits: torch.Tensor, tokens: int, num_experts: int, top_k: int, renormalize: bool,
-           dtype: torch.dtype):
+def _route(router_logits: torch.Tensor, tokens: int, num_experts: int, top_k: int, renormalize: bool, dtype: torch.dtype):
     weights = F.softmax(router_logits.reshape(tokens, num_experts), dim=-1, dtype=torch.float)
     weights, experts = torch.topk(weights, top_k, dim=-1)
     if renormalize:
@@ -31,8 +30,9 @@ def _route(router_logits: torch.Tensor, tokens: int, num_experts: int, top_k: in
     return weights.to(dtype), experts
 
 
-def moe_forward_grouped(hidden_states: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor,
-                        w2: torch.Tensor, top_k: int, renormalize: bool = True) -> torch.Tensor:
+def moe_forward_grouped(
+    hidden_states: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top_k: int, renormalize: bool = True
+) -> torch.Tensor:
     """The MoE with tokens grouped by expert: each expert runs only on its own tokens.
 
     Reads the per-expert token counts on the host, so it cannot run inside CUDA graph capture.
@@ -53,8 +53,8 @@ def moe_forward_grouped(hidden_states: torch.Tensor, router_logits: torch.Tensor
     for expert, count in enumerate(counts):
         if count == 0:
             continue
-        idx = token_of[start:start + count]
-        slots = order[start:start + count]
+        idx = token_of[start : start + count]
+        slots = order[start : start + count]
         start += count
         h = x.index_select(0, idx)
         gate_up = h @ w13[expert].t()
@@ -64,8 +64,9 @@ def moe_forward_grouped(hidden_states: torch.Tensor, router_logits: torch.Tensor
     return out.reshape(shape)
 
 
-def moe_forward_static(hidden_states: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor,
-                       w2: torch.Tensor, top_k: int, renormalize: bool = True) -> torch.Tensor:
+def moe_forward_static(
+    hidden_states: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top_k: int, renormalize: bool = True
+) -> torch.Tensor:
     """The same MoE with static shapes and no host synchronisation (safe in CUDA graph capture).
 
     Every expert runs over every token; a dense [tokens, experts] routing matrix (the top-k
@@ -83,10 +84,10 @@ def moe_forward_static(hidden_states: torch.Tensor, router_logits: torch.Tensor,
     for expert in range(num_experts):
         gate_up = x @ w13[expert].t()
         act = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
-        y = (act @ w2[expert].t()).mul_(routing[:, expert:expert + 1])
+        y = (act @ w2[expert].t()).mul_(routing[:, expert : expert + 1])
         # A zero weight alone would turn an unselected expert's inf into NaN (0 * inf); the
         # grouped path never computes that expert for the token, so its result is masked out.
-        out.add_(y.masked_fill_(idle[:, expert:expert + 1], 0))
+        out.add_(y.masked_fill_(idle[:, expert : expert + 1], 0))
     return out.reshape(shape)
 
 
@@ -105,8 +106,9 @@ def static_moe_required(hidden_states: torch.Tensor) -> bool:
         return False
 
 
-def moe_forward(hidden_states: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
-                top_k: int, renormalize: bool = True) -> torch.Tensor:
+def moe_forward(
+    hidden_states: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top_k: int, renormalize: bool = True
+) -> torch.Tensor:
     """Mixtral sparse MoE: softmax router, top-k, optional renormalisation, SiLU-gated experts.
 
     hidden_states [T, H] (any leading shape is flattened); router_logits [T, E];
@@ -186,5 +188,12 @@ def mixtral_decoder_layer_forward(layer, *args, **kwargs):
     return sparse_moe(layer.block_sparse_moe, hidden), residual
 
 
-__all__ = ["ShimError", "mixtral_decoder_layer_forward", "moe_forward", "moe_forward_grouped", "moe_forward_static",
-           "sparse_moe", "static_moe_required"]
+__all__ = [
+    "ShimError",
+    "mixtral_decoder_layer_forward",
+    "moe_forward",
+    "moe_forward_grouped",
+    "moe_forward_static",
+    "sparse_moe",
+    "static_moe_required",
+]
