@@ -2,12 +2,13 @@
 vLLM 0.5.5 `paged_attn.py` (the era of the vendor fork)."""
 
 import ast
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from .helpers import ROOT, launch, model_dir, preflight_json
+from .helpers import ROOT, launch, model_dir, preflight_json, run_common
 
 PAGED_ATTN = ROOT / ".upstream" / "vllm-0_5_5" / "vllm" / "attention" / "ops" / "paged_attn.py"
 needs_upstream = pytest.mark.skipif(not PAGED_ATTN.exists(), reason="no upstream sources: run `make upstream-src`")
@@ -201,3 +202,25 @@ def test_a_failing_engine_patch_costs_only_its_own_repair(tmp_path, monkeypatch,
     [finding] = [f for f in plan.findings if f.code == "H1"]
     assert finding.severity == "error" and "ValueError: transform bug" in finding.message
     assert "--rope-theta" in plan.args and "--chat-template" in plan.args  # R5 and R2 survive
+
+
+ENGINE055_PYTHON = ROOT / ".venv-engine055" / "bin" / "python"
+
+
+@pytest.mark.skipif(not ENGINE055_PYTHON.exists(), reason="needs .venv-engine055: run `make engine055-env`")
+def test_doctor_checks_h1_against_the_engines_own_file(tmp_path, env_for_tests):
+    """BI-100's start-time patch is checked in the engine's Python (the real vLLM 0.5.5 here),
+    not in the one running doctor; without the engine's Python the verdict is unknown."""
+    model = model_dir(tmp_path / "m", {"config.json": llama(hidden=384, heads=8)})  # head size 48
+    env = dict(env_for_tests, COMPAT_ENGINE_PYTHON=str(ENGINE055_PYTHON))
+    result = run_common(["doctor", str(model), "--card", "iluvatar-bi100", "--json"], env)
+    data = json.loads(result.stdout)
+    [repair] = [r for r in data["repairs"] if r["code"] == "H1"]
+    assert result.returncode == 0 and data["verdict"] == "starts", data
+    # The dev venv running doctor has no vLLM at all: the file checked is the engine's.
+    assert repair["verified"] is True and repair["verification"].endswith("vllm/attention/ops/paged_attn.py: would apply")
+    result = run_common(
+        ["doctor", str(model), "--card", "iluvatar-bi100", "--json"], dict(env_for_tests, COMPAT_ENGINE_PYTHON="/nonexistent/python3")
+    )
+    data = json.loads(result.stdout)
+    assert result.returncode == 2 and "H1" in data["unverified"]

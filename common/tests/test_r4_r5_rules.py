@@ -221,3 +221,13 @@ def test_a_dtype_that_is_no_dtype_never_reaches_vllm(tmp_path, env_for_tests):
     plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), "iluvatar-bi100", env=env_for_tests)
     assert plan["args"] == ["--rope-theta", "1000000.0"]
     assert "--trust-remote-code" not in json.dumps(plan["repairs"])
+
+
+@pytest.mark.parametrize("dtype, args", [("float32", []), ("float16", []), ("bfloat16", ["--dtype", "bfloat16"])])
+def test_a_lost_dtype_is_restored_only_where_auto_would_pick_differently(tmp_path, env_for_tests, dtype, args):
+    """transformers 4.55 reads no `dtype`: the engine takes the model for float32 and `auto`
+    serves it in float16. A float32 or float16 model is served in float16 either way (restoring
+    float32 would double its weight memory); only bfloat16 changes the engine's choice."""
+    config = llama(dtype=dtype)
+    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), "iluvatar-bi100", env=env_for_tests)
+    assert plan["args"] == args
