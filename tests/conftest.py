@@ -7,6 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from compat_build.platform_client import PlatformClient
+from tests.engine import Server
 
 TOKEN = "s3cr3t-token-value"
 
@@ -46,3 +47,19 @@ def platform():
     yield state
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def server(tmp_path):
+    """Start `vllm serve` (or the launcher that execs it) by argv; every start is stopped after
+    the test, its whole log kept in tmp_path/<name>.log."""
+    started = []
+
+    def start(argv, env, name="vllm"):
+        srv = Server(argv, env, tmp_path / f"{name}.log", int(argv[argv.index("--port") + 1]))
+        started.append(srv)
+        return srv
+
+    yield start
+    for srv in started:
+        srv.stop()

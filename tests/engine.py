@@ -137,6 +137,33 @@ class Server:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"{}")
 
+    # ---- the requests the suites make -------------------------------------------------------
+
+    def chat(self, name: str) -> Tuple[int, dict]:
+        """A short greedy chat completion of `name` (the served model name)."""
+        body = {"model": name, "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "hello"}]}
+        return self.post("/v1/chat/completions", body)
+
+    def complete(self, name: str) -> Tuple[int, dict]:
+        return self.post("/v1/completions", {"model": name, "prompt": "hello world", "max_tokens": 4, "temperature": 0})
+
+    def greedy_tokens(self, name: str, prompt: List[int], count: int, ids_in_request: bool = True) -> List[int]:
+        """`count` greedy token ids (temperature 0, ignore_eos) after `prompt`. vLLM >= 0.6 returns
+        ids when the request asks; 0.5.5 only with the server flag --return-tokens-as-token-ids
+        (and refuses the request field): `ids_in_request=False` there."""
+        body = {"model": name, "prompt": prompt, "max_tokens": count, "temperature": 0, "ignore_eos": True, "logprobs": 1}
+        if ids_in_request:
+            body["return_tokens_as_token_ids"] = True
+        status, answer = self.post("/v1/completions", body)
+        assert status == 200, answer
+        return [int(t.split(":", 1)[1]) for t in answer["choices"][0]["logprobs"]["tokens"]]
+
+    def token_ids(self, name: str, text: str) -> List[int]:
+        """What the served tokenizer makes of `text` (no special tokens added)."""
+        status, answer = self.post("/tokenize", {"model": name, "prompt": text, "add_special_tokens": False})
+        assert status == 200, answer
+        return answer["tokens"]
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)

@@ -155,20 +155,6 @@ def mixtral(tmp_path_factory) -> Path:
     return model
 
 
-@pytest.fixture
-def server(tmp_path):
-    started: List[Server] = []
-
-    def start(argv, env, name):
-        s = Server(argv, env, tmp_path / f"{name}.log", int(argv[argv.index("--port") + 1]))
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        s.stop()
-
-
 def greedy(srv: Server, name: str, prompt: List[int], count: int) -> Tuple[List[int], List[float]]:
     """Greedy tokens (temperature 0, ignore_eos) and each chosen token's logprob."""
     status, body = srv.post(

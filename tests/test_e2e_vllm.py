@@ -18,36 +18,13 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-def server(tmp_path):
-    started = []
-
-    def start(argv, env, name="vllm"):
-        port = int(argv[argv.index("--port") + 1])
-        s = Server(argv, env, tmp_path / f"{name}.log", port)
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        s.stop()
-
-
 def chat_and_complete(srv: Server, model: Path) -> None:
-    status, body = srv.post(
-        "/v1/chat/completions", {"model": str(model), "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "hello"}]}
-    )
+    status, body = srv.chat(str(model))
     assert status == 200, body
     assert body["choices"][0]["message"]["role"] == "assistant"
-    status, body = srv.post("/v1/completions", {"model": str(model), "prompt": "hello world", "max_tokens": 4, "temperature": 0})
+    status, body = srv.complete(str(model))
     assert status == 200, body
     assert body["usage"]["completion_tokens"] == 4
-
-
-def served_ids(srv: Server, model: Path, text: str):
-    status, body = srv.post("/tokenize", {"model": str(model), "prompt": text, "add_special_tokens": False})
-    assert status == 200, body
-    return body["tokens"]
 
 
 def triaged(path: Path) -> str:
@@ -93,8 +70,8 @@ def test_launcher_serves_transformers5_model_with_authors_ids(served_models, ser
     assert f"'tokenizer': '{report['args'][1]}'" in srv.log()  # vLLM really got the overlay
     chat_and_complete(srv, model)
     for token, want in author["special_ids"].items():
-        assert served_ids(srv, model, token) == [want], token
-    assert served_ids(srv, model, author["probe"]) == author["probe_ids"]
+        assert srv.token_ids(str(model), token) == [want], token
+    assert srv.token_ids(str(model), author["probe"]) == author["probe_ids"]
 
 
 def test_clean_model_gets_zero_args_and_serves(served_models, server, tmp_path):
@@ -132,35 +109,12 @@ def proof_models(tmp_path_factory):
     }
 
 
-def greedy_tokens(srv: Server, model: Path, prompt, count: int):
-    status, body = srv.post(
-        "/v1/completions",
-        {
-            "model": str(model),
-            "prompt": prompt,
-            "max_tokens": count,
-            "temperature": 0,
-            "ignore_eos": True,
-            "logprobs": 1,
-            "return_tokens_as_token_ids": True,
-        },
-    )
-    assert status == 200, body
-    return [int(t.split(":", 1)[1]) for t in body["choices"][0]["logprobs"]["tokens"]]
-
-
-def chat(srv: Server, model: Path):
-    return srv.post(
-        "/v1/chat/completions", {"model": str(model), "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "hello"}]}
-    )
-
-
 def test_r2_chat_without_template_400_vanilla_200_through_launcher(served_models, server, tmp_path):
     model = served_models("457-generic-notemplate")
     port = free_port()
     vanilla = server(serve_argv_vanilla(model, port), engine_env(), "vanilla")
     assert vanilla.wait_ready(), vanilla.log()[-3000:]
-    status, body = chat(vanilla, model)
+    status, body = vanilla.chat(str(model))
     assert status == 400 and "chat template" in json.dumps(body)
     report = tmp_path / "error_report_raw.json"  # what the platform keeps of a failed chat probe
     report.write_text(json.dumps({"request": "/v1/chat/completions", "status": status, "response": body}))
@@ -168,7 +122,7 @@ def test_r2_chat_without_template_400_vanilla_200_through_launcher(served_models
     vanilla.stop()
     srv, _, report = serve_through_launcher(server, model, tmp_path / "work")
     assert [r["code"] for r in report["repairs"]] == ["R2"] and report["args"][0] == "--chat-template"
-    status, body = chat(srv, model)
+    status, body = srv.chat(str(model))
     assert status == 200, body
     assert body["choices"][0]["message"]["role"] == "assistant"
 
@@ -182,13 +136,13 @@ def test_r5_restores_rope_theta_greedy_tokens_match_transformers5(proof_models, 
     argv = serve_argv_vanilla(model, port) + ["--tokenizer", str(served_models("457-generic"))] + GREEDY
     vanilla = server(argv, engine_env(), "vanilla")
     assert vanilla.wait_ready(), vanilla.log()[-3000:]
-    assert greedy_tokens(vanilla, model, author["reference_prompt"], n) != author["reference_tokens"]
+    assert vanilla.greedy_tokens(str(model), author["reference_prompt"], n) != author["reference_tokens"]
     vanilla.stop()
     assert triaged(vanilla.log_path) == "unknown"  # wrong tokens, and nothing in the log says so
     srv, _, report = serve_through_launcher(server, model, tmp_path / "work", GREEDY)
     [r5] = [r for r in report["repairs"] if r["code"] == "R5"]
     assert r5["hf_overrides"] == {"rope_theta": 1000000.0}
-    assert greedy_tokens(srv, model, author["reference_prompt"], n) == author["reference_tokens"]
+    assert srv.greedy_tokens(str(model), author["reference_prompt"], n) == author["reference_tokens"]
 
 
 def test_r4_canonical_class_greedy_tokens_match_transformers(proof_models, server, tmp_path):
@@ -202,7 +156,7 @@ def test_r4_canonical_class_greedy_tokens_match_transformers(proof_models, serve
     srv, _, report = serve_through_launcher(server, model, tmp_path / "work", GREEDY)
     assert [r["code"] for r in report["repairs"]] == ["R4"]
     assert json.loads(report["args"][report["args"].index("--hf-overrides") + 1]) == {"architectures": ["LlamaForCausalLM"]}
-    got = greedy_tokens(srv, model, author["reference_prompt"], len(author["reference_tokens"]))
+    got = srv.greedy_tokens(str(model), author["reference_prompt"], len(author["reference_tokens"]))
     assert got == author["reference_tokens"]
 
 

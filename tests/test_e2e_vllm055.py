@@ -16,7 +16,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 import pytest
 
@@ -96,21 +96,6 @@ def bi100_models(tmp_path_factory, served_models):
     return get
 
 
-@pytest.fixture
-def server(tmp_path):
-    started: List[Server] = []
-
-    def start(argv, env, name="vllm"):
-        port = int(argv[argv.index("--port") + 1])
-        s = Server(argv, env, tmp_path / f"{name}.log", port)
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        s.stop()
-
-
 def vanilla(server, model: Path, *extra: str) -> Server:
     return server(ENGINE.serve_argv_vanilla(model, free_port()) + list(extra), ENGINE.env(), "vanilla")
 
@@ -130,30 +115,6 @@ def served_name(report: dict, model: Path) -> str:
     """The model name requests use: the original path, also when a model view is served in its place."""
     args = report.get("args", [])
     return args[args.index("--served-model-name") + 1] if "--served-model-name" in args else str(model)
-
-
-def chat(srv: Server, name: str):
-    return srv.post(
-        "/v1/chat/completions", {"model": name, "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "hello"}]}
-    )
-
-
-def complete(srv: Server, name: str):
-    return srv.post("/v1/completions", {"model": name, "prompt": "hello world", "max_tokens": 4, "temperature": 0})
-
-
-def greedy_tokens(srv: Server, name: str, prompt, count: int) -> List[int]:
-    status, body = srv.post(
-        "/v1/completions", {"model": name, "prompt": prompt, "max_tokens": count, "temperature": 0, "ignore_eos": True, "logprobs": 1}
-    )
-    assert status == 200, body
-    return [int(t.split(":", 1)[1]) for t in body["choices"][0]["logprobs"]["tokens"]]
-
-
-def served_ids(srv: Server, name: str, text: str) -> List[int]:
-    status, body = srv.post("/tokenize", {"model": name, "prompt": text, "add_special_tokens": False})
-    assert status == 200, body
-    return body["tokens"]
 
 
 def config_of(model: Path) -> dict:
@@ -189,10 +150,10 @@ def test_vanilla_without_chat_template_chat_400_completions_200(bi100_models, se
     model = bi100_models("notemplate")  # saved by transformers 4.57: `dtype`, no `torch_dtype`
     srv = vanilla(server, model)
     assert srv.wait_ready(), srv.log()[-3000:]
-    status, body = chat(srv, str(model))
+    status, body = srv.chat(str(model))
     assert status == 400
     assert "default chat template is no longer allowed" in body["message"]
-    status, body = complete(srv, str(model))
+    status, body = srv.complete(str(model))
     assert status == 200 and body["usage"]["completion_tokens"] == 4, body
     # transformers 4.55 reads only `torch_dtype`: the model's bfloat16 is lost, vLLM takes it for
     # float32 and picks float16 (bfloat16 on the CPU, which has no float16; a GPU serves float16).
@@ -209,7 +170,7 @@ def test_vanilla_transformers5_config_serves_wrong_tokens(bi100_models, server):
     # A tokenizer 4.55 can load (the same vocabulary), so only the config differs.
     srv = vanilla(server, model, "--tokenizer", str(bi100_models("clean")), *GREEDY)
     assert srv.wait_ready(), srv.log()[-3000:]
-    got = greedy_tokens(srv, str(model), author["reference_prompt"], n)
+    got = srv.greedy_tokens(str(model), author["reference_prompt"], n, ids_in_request=False)
     assert got != author["reference_tokens"]
     assert "torch.float32" in srv.log() and "rope_theta=None" in srv.log()
     assert triage_file(str(srv.log_path)).code == "unknown"  # wrong tokens, and nothing in the log says so
@@ -230,8 +191,11 @@ def test_vanilla_mixtral_with_explicit_head_dim_serves_transformers_tokens(bi100
     (view / "config.json").write_text(json.dumps(config))
     srv = vanilla(server, view, *GREEDY)
     assert srv.wait_ready(), srv.log()[-3000:]
-    assert greedy_tokens(srv, str(view), author["reference_prompt"], len(author["reference_tokens"])) == author["reference_tokens"]
-    status, body = chat(srv, str(view))
+    assert (
+        srv.greedy_tokens(str(view), author["reference_prompt"], len(author["reference_tokens"]), ids_in_request=False)
+        == author["reference_tokens"]
+    )
+    status, body = srv.chat(str(view))
     assert status == 200, body
 
 
@@ -247,22 +211,25 @@ def test_launcher_serves_transformers5_model_with_authors_ids_and_tokens(bi100_m
     codes = [r["code"] for r in report["repairs"]]
     assert {"R3", "R3b", "R5"} <= set(codes) and all(r["verified"] for r in report["repairs"]), report
     name = served_name(report, model)
-    status, body = chat(srv, name)
+    status, body = srv.chat(name)
     assert status == 200, body
     assert body["choices"][0]["message"]["role"] == "assistant"
-    status, body = complete(srv, name)
+    status, body = srv.complete(name)
     assert status == 200 and body["usage"]["completion_tokens"] == 4, body
     for token, want in author["special_ids"].items():
-        assert served_ids(srv, name, token) == [want], token
-    assert served_ids(srv, name, author["probe"]) == author["probe_ids"]
-    assert greedy_tokens(srv, name, author["reference_prompt"], len(author["reference_tokens"])) == author["reference_tokens"]
+        assert srv.token_ids(name, token) == [want], token
+    assert srv.token_ids(name, author["probe"]) == author["probe_ids"]
+    assert (
+        srv.greedy_tokens(name, author["reference_prompt"], len(author["reference_tokens"]), ids_in_request=False)
+        == author["reference_tokens"]
+    )
 
 
 def test_launcher_chat_without_template_200(bi100_models, server, tmp_path):
     model = bi100_models("notemplate")
     srv, report = serve_through_launcher(server, model, tmp_path / "work")
     assert "R2" in [r["code"] for r in report["repairs"]]
-    status, body = chat(srv, served_name(report, model))
+    status, body = srv.chat(served_name(report, model))
     assert status == 200, body
     assert body["choices"][0]["message"]["role"] == "assistant"
     # R5 restored the `dtype`-only config's bfloat16: the engine process serves it in bfloat16
@@ -284,9 +251,9 @@ def test_launcher_serves_a_renamed_class_through_a_model_view(bi100_models, serv
     assert report["model_path"] == str(view) and report["args"] == ["--served-model-name", str(model)]
     assert f"[compat] exec vllm serve {view} --served-model-name {model} " in srv.log()
     assert config_of(model)["architectures"] == ["TinyChatForCausalLM"]  # the model itself untouched
-    got = greedy_tokens(srv, str(model), author["reference_prompt"], len(author["reference_tokens"]))
+    got = srv.greedy_tokens(str(model), author["reference_prompt"], len(author["reference_tokens"]), ids_in_request=False)
     assert got == author["reference_tokens"]
-    status, body = chat(srv, str(model))
+    status, body = srv.chat(str(model))
     assert status == 200, body
 
 
@@ -298,7 +265,7 @@ def test_launcher_writes_the_null_head_dim_through_a_model_view(bi100_models, se
     srv, report = serve_through_launcher(server, model, tmp_path / "work", GREEDY)
     assert [r["code"] for r in report["repairs"]] == ["H2"] and report["repairs"][0]["verified"] is True
     assert json.loads((Path(report["model_path"]) / "config.json").read_text())["head_dim"] == 64
-    got = greedy_tokens(srv, str(model), author["reference_prompt"], len(author["reference_tokens"]))
+    got = srv.greedy_tokens(str(model), author["reference_prompt"], len(author["reference_tokens"]), ids_in_request=False)
     assert got == author["reference_tokens"]
 
 
@@ -335,7 +302,7 @@ def test_launcher_clean_model_gets_zero_args_and_serves(bi100_models, server, tm
     srv, report = serve_through_launcher(server, model, tmp_path / "work")
     assert report["args"] == [] and report["env"] == {} and report["repairs"] == [], report
     assert f"[compat] exec vllm serve {model} --max-model-len 256 --port {srv.port} --host 127.0.0.1" in srv.log()
-    status, body = chat(srv, str(model))
+    status, body = srv.chat(str(model))
     assert status == 200, body
-    status, body = complete(srv, str(model))
+    status, body = srv.complete(str(model))
     assert status == 200 and body["usage"]["completion_tokens"] == 4, body

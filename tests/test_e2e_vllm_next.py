@@ -38,56 +38,11 @@ def gemma4(tmp_path_factory) -> Path:
     return build("v5", "generic", base / "gemma4", "--model-type", "gemma4", "--initializer-range", "0.1", "--reference-tokens", "16")
 
 
-@pytest.fixture
-def server(tmp_path):
-    started = []
-
-    def start(argv, env, name="vllm"):
-        port = int(argv[argv.index("--port") + 1])
-        s = Server(argv, env, tmp_path / f"{name}.log", port)
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        s.stop()
-
-
-def chat(srv: Server, model: Path):
-    return srv.post(
-        "/v1/chat/completions",
-        {"model": str(model), "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "hello"}]},
-    )
-
-
-def greedy_tokens(srv: Server, model: Path, prompt, count: int):
-    status, body = srv.post(
-        "/v1/completions",
-        {
-            "model": str(model),
-            "prompt": prompt,
-            "max_tokens": count,
-            "temperature": 0,
-            "ignore_eos": True,
-            "logprobs": 1,
-            "return_tokens_as_token_ids": True,
-        },
-    )
-    assert status == 200, body
-    return [int(t.split(":", 1)[1]) for t in body["choices"][0]["logprobs"]["tokens"]]
-
-
-def served_ids(srv: Server, model: Path, text: str):
-    status, body = srv.post("/tokenize", {"model": str(model), "prompt": text, "add_special_tokens": False})
-    assert status == 200, body
-    return body["tokens"]
-
-
 def assert_authors_ids(srv: Server, model: Path) -> None:
     author = author_record(model)
     for token, want in author["special_ids"].items():
-        assert served_ids(srv, model, token) == [want], token
-    assert served_ids(srv, model, author["probe"]) == author["probe_ids"]
+        assert srv.token_ids(str(model), token) == [want], token
+    assert srv.token_ids(str(model), author["probe"]) == author["probe_ids"]
 
 
 @pytest.mark.skipif(not ENGINE_0110.available(), reason=ENGINE_0110.missing_reason)
@@ -116,10 +71,10 @@ def test_newest_engine_serves_it_with_transformers5_greedy_ids(gemma4, server, t
     srv, report = serve_through_launcher(server, gemma4, tmp_path / "work", *GREEDY)
     assert report["card"] == "nv-a100@next" and report["repairs"] == [] and report["args"] == [] and report["env"] == {}
     assert "Resolved architecture: Gemma4ForCausalLM" in srv.log()  # vLLM's own class, not a fallback
-    status, body = chat(srv, gemma4)
+    status, body = srv.chat(str(gemma4))
     assert status == 200, body
     assert body["choices"][0]["message"]["role"] == "assistant"
-    got = greedy_tokens(srv, gemma4, author["reference_prompt"], len(author["reference_tokens"]))
+    got = srv.greedy_tokens(str(gemma4), author["reference_prompt"], len(author["reference_tokens"]))
     assert got == author["reference_tokens"]
     assert_authors_ids(srv, gemma4)
 
@@ -130,7 +85,7 @@ def test_transformers5_models_serve_untouched(served_models, server, variant, tm
     model = served_models(variant)
     srv, report = serve_through_launcher(server, model, tmp_path / "work")
     assert report["repairs"] == [] and report["args"] == [] and report["env"] == {}, report
-    status, body = chat(srv, model)
+    status, body = srv.chat(str(model))
     assert status == 200, body
     assert body["choices"][0]["message"]["role"] == "assistant"
     assert_authors_ids(srv, model)
