@@ -23,7 +23,8 @@ BAD_TIMEOUTS = ["inf", "nan", "-1", "1e300", "soon"]
 
 def engine_env(env, python):
     if not Path(python).exists():
-        pytest.skip(f"{python} is missing: run `make tf455-env`")
+        target = "author-env" if ".venv-author" in str(python) else "tf455-env"
+        pytest.skip(f"{python} is missing: run `make {target}`")
     return dict(env, COMPAT_ENGINE_PYTHON=str(python))
 
 
