@@ -160,16 +160,17 @@ with open({record!r}, "w") as fh:
     os.chmod(path, 0o755)
 
 
-def _digest(path: str) -> str:
-    """Names, modes, sizes and bytes of a tree (a write anywhere changes it)."""
+def tree_digest(path: str) -> str:
+    """Names, kinds, sizes, mtimes and contents of a tree: any write to it changes the digest
+    (red line 1; the unit tests use it too). Files of 50 MiB and more count by size and mtime."""
     h = hashlib.sha256()
     for root, dirs, files in os.walk(path):
         dirs.sort()
         for name in sorted(dirs + files):
             full = os.path.join(root, name)
             st = os.lstat(full)
-            h.update(f"{os.path.relpath(full, path)}|{st.st_mode}|{st.st_size}".encode())
-            if os.path.isfile(full) and not os.path.islink(full):
+            h.update(f"{os.path.relpath(full, path)}|{st.st_mode}|{st.st_size}|{st.st_mtime_ns}".encode())
+            if os.path.isfile(full) and not os.path.islink(full) and st.st_size < 50 * 1024 * 1024:
                 with open(full, "rb") as fh:
                     h.update(fh.read())
     return h.hexdigest()
@@ -319,14 +320,14 @@ def run(expected_card: Optional[str], quiet: bool) -> Checks:
     if missing:
         checks.add("models", False, f"{', '.join(missing)} missing under {MODELS} (the build bundles them)")
         return checks
-    before = {n: _digest(os.path.join(MODELS, n)) for n in (TRANSFORMERS5_MODEL, CLEAN_MODEL)}
+    before = {n: tree_digest(os.path.join(MODELS, n)) for n in (TRANSFORMERS5_MODEL, CLEAN_MODEL)}
     scratch = tempfile.mkdtemp(prefix="compat-selftest-")
     try:
         check_transformers5_model(checks, profile, scratch)
         check_clean_model(checks, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    changed = [n for n, d in before.items() if _digest(os.path.join(MODELS, n)) != d]
+    changed = [n for n, d in before.items() if tree_digest(os.path.join(MODELS, n)) != d]
     checks.add("models", not changed, f"{', '.join(changed)} written by the runs" if changed else f"{MODELS} unchanged")
     return checks
 

@@ -1,12 +1,13 @@
 """Small helpers for the unit tests: model directories written from plain JSON."""
 
-import hashlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
+
+from common.selftest import tree_digest  # noqa: F401 - one digest for the image's self-test and the tests
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,20 +24,6 @@ def model_dir(path: Path, files: Dict[str, object]) -> Path:
         else:
             target.write_text(json.dumps(content))
     return path
-
-
-def tree_digest(path: Path) -> str:
-    """Names, kinds, sizes, mtimes and contents of a tree: any write to it changes the digest."""
-    h = hashlib.sha256()
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
-        for name in sorted(dirs + files):
-            full = os.path.join(root, name)
-            st = os.lstat(full)
-            h.update(f"{os.path.relpath(full, path)}|{st.st_mode}|{st.st_size}|{st.st_mtime_ns}".encode())
-            if os.path.isfile(full) and not os.path.islink(full) and st.st_size < 50 * 1024 * 1024:
-                h.update(Path(full).read_bytes())
-    return h.hexdigest()
 
 
 def find_python(version: str) -> Optional[str]:
