@@ -9,6 +9,17 @@ if TYPE_CHECKING:
 
 # Sub-configs that hold the language model of multimodal and wrapper architectures.
 NESTED_TEXT_CONFIGS = ("text_config", "lm_config", "llm_config", "language_config")
+# The forms a config states its head size in, in the engine's precedence (after MLA's sum): an
+# explicit size (null means "not stated"), or model width over head count. Falcon-40B's real
+# config says `hidden_size/n_head` and has no num_attention_heads.
+HEAD_SIZE_FORMS = (
+    ("head_dim",),
+    ("hidden_size", "num_attention_heads"),
+    ("n_embd", "n_head"),
+    ("hidden_size", "n_head"),
+    ("d_kv",),
+    ("d_model", "num_heads"),
+)
 # No attention kernel of any card goes near this; a larger value is a corrupt config.
 MAX_PLAUSIBLE_HEAD_SIZE = 4096
 
@@ -70,14 +81,9 @@ def detect_head_size(config: Dict[str, Any]) -> HeadSize:
         if not (_positive_int(nope) and _positive_int(rope)) and not (nope == 0 and _positive_int(rope)):
             return HeadSize(None, source, f"{source} is {nope!r}+{rope!r}, not integers")
         return _checked(nope + rope, source)
-    if cfg.get("head_dim") is not None:
-        return _checked(cfg["head_dim"], "head_dim")
-    if "hidden_size" in cfg and "num_attention_heads" in cfg:
-        return _ratio(cfg, "hidden_size", "num_attention_heads")
-    if "n_embd" in cfg and "n_head" in cfg:
-        return _ratio(cfg, "n_embd", "n_head")
-    if cfg.get("d_kv") is not None:
-        return _checked(cfg["d_kv"], "d_kv")
-    if "d_model" in cfg and "num_heads" in cfg:
-        return _ratio(cfg, "d_model", "num_heads")
+    for form in HEAD_SIZE_FORMS:
+        if len(form) == 1 and cfg.get(form[0]) is not None:
+            return _checked(cfg[form[0]], form[0])
+        if len(form) == 2 and form[0] in cfg and form[1] in cfg:
+            return _ratio(cfg, *form)
     return HeadSize(None, "none", "config states no attention head size")

@@ -3,7 +3,8 @@
 Each card's engine handles an unusual head size differently, so the repair follows the card's
 `head_size_policy`. Upstream vLLM 0.11.0 (nv-a100, `flex-fallback`) falls back to FLEX_ATTENTION
 by itself unless VLLM_ATTENTION_BACKEND forces a backend; only that forced case can fail, and the
-user's choice is theirs to change, so it is a finding. Hygon's fork (`flash-attn-pa-env`) routes
+user's choice is theirs to change, so it is a finding (the silent fallback is an `info` finding:
+FLEX_ATTENTION is slower). Hygon's fork (`flash-attn-pa-env`) routes
 decode through its FlashAttention paged kernel unless VLLM_USE_FLASH_ATTN_PA=0, which the repair
 sets for sizes outside that kernel's list. The BI-100 fork (`paged-attn-patch`) rejects sizes
 missing from PagedAttention.get_supported_head_sizes although ixformer's kernel takes them: the
@@ -85,6 +86,16 @@ class HeadSize(Rule):
                         "error",
                         f"VLLM_ATTENTION_BACKEND={backend} rejects head size {size}; unset it "
                         "(vLLM then falls back to FLEX_ATTENTION) or set FLEX_ATTENTION",
+                    )
+                )
+            elif not backend and profile.head_sizes and size not in profile.head_sizes:
+                # It starts and serves right, only slower: worth knowing before a benchmark run.
+                sizes = ", ".join(str(s) for s in profile.head_sizes)
+                outcome.findings.append(
+                    self.finding(
+                        "info",
+                        f"head size {size} ({head.source}) is outside FlashAttention's {{{sizes}}}; vLLM serves it "
+                        "with its FLEX_ATTENTION fallback, which is slower",
                     )
                 )
             return outcome

@@ -37,11 +37,30 @@ def h1(plan, key="repairs"):
     return [item for item in plan[key] if item["code"] == "H1"]
 
 
-def test_nv_a100_unforced_backend_falls_back_by_itself(tmp_path, env_for_tests):
+def test_nv_a100_unforced_backend_falls_back_by_itself_and_says_so(tmp_path, env_for_tests):
     model = model_dir(tmp_path / "m", {"config.json": llama(head_dim=80)})
     plan = preflight_json(model, "nv-a100", env=env_for_tests)
     assert plan["facts"]["head_size"] == 80
-    assert h1(plan) == [] and h1(plan, "findings") == [] and plan["env"] == {}
+    assert h1(plan) == [] and plan["env"] == {} and plan["args"] == []
+    [note] = h1(plan, "findings")
+    assert note["severity"] == "info" and "FLEX_ATTENTION" in note["message"] and "slower" in note["message"]
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_nv_a100_flash_attention_size_gets_no_note(tmp_path, env_for_tests, head_dim):
+    model = model_dir(tmp_path / "m", {"config.json": llama(head_dim=head_dim)})
+    plan = preflight_json(model, "nv-a100", env=env_for_tests)
+    assert h1(plan) == [] and h1(plan, "findings") == []
+
+
+def test_falcon_40b_head_size_from_hidden_size_over_n_head(tmp_path, env_for_tests):
+    """Falcon-40B's config states `n_head` and no num_attention_heads: 8192 / 128 = 64."""
+    config = {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 8192, "n_head": 128, "n_head_kv": 8}
+    model = model_dir(tmp_path / "m", {"config.json": config})
+    for card in ("nv-a100", "hygon-k100", "iluvatar-bi100"):
+        plan = preflight_json(model, card, env=env_for_tests)
+        assert plan["facts"]["head_size"] == 64, card
+        assert not [f for f in h1(plan, "findings") if "unknown" in f["message"]], card
 
 
 @pytest.mark.parametrize(
@@ -224,3 +243,12 @@ def test_doctor_checks_h1_against_the_engines_own_file(tmp_path, env_for_tests):
     )
     data = json.loads(result.stdout)
     assert result.returncode == 2 and "H1" in data["unverified"]
+
+
+def test_doctor_notes_the_flex_fallback_and_still_says_starts(tmp_path, env_for_tests):
+    model = model_dir(tmp_path / "m", {"config.json": llama(head_dim=80)})
+    result = run_common(["doctor", str(model), "--card", "nv-a100"], env_for_tests)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [row] = [line for line in result.stdout.splitlines() if line.startswith("| H1 ")]
+    assert "FLEX_ATTENTION" in row and row.rstrip().endswith("| note |")
+    assert "verdict: the nv-a100 image will start this model" in result.stdout

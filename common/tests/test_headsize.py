@@ -14,6 +14,9 @@ from common.headsize import detect_head_size
             "qk_nope_head_dim+qk_rope_head_dim",
         ),
         ({"n_embd": 768, "n_head": 12}, 64, "n_embd/n_head"),
+        # Falcon-40B's real config: no num_attention_heads.
+        ({"model_type": "falcon", "hidden_size": 8192, "n_head": 128, "n_head_kv": 8}, 64, "hidden_size/n_head"),
+        ({"model_type": "falcon", "hidden_size": 4544, "n_head": 71, "head_dim": None}, 64, "hidden_size/n_head"),
         ({"d_kv": 64, "d_model": 512, "num_heads": 8}, 64, "d_kv"),
         ({"model_type": "llava", "text_config": {"hidden_size": 2560, "num_attention_heads": 32}}, 80, "hidden_size/num_attention_heads"),
         ({"lm_config": {"head_dim": 72}}, 72, "head_dim"),
@@ -33,6 +36,7 @@ def test_forms(config, value, source):
         ({"head_dim": 10**9}, "implausibly large"),
         ({"hidden_size": 4096, "num_attention_heads": 0}, "not two positive integers"),
         ({"hidden_size": 4000, "num_attention_heads": 3}, "not divisible"),
+        ({"hidden_size": 8192, "n_head": None}, "not two positive integers"),
         ({"vocab_size": 10}, "states no attention head size"),
     ],
 )
