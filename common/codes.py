@@ -118,7 +118,9 @@ TRIAGE = (
         "a GGUF checkpoint",
         "The submission is a GGUF file (llama.cpp's format); the card images serve safetensors checkpoints.",
         "serve it with a GGUF engine (llama.cpp) or submit safetensors weights",
-        (r"GGUF (?:file|model|checkpoint)", r"\S+\.gguf\b"),
+        # Not "GGUF file": transformers' LlamaTokenizerFast legacy warning says "if you loaded a llama
+        # tokenizer from a GGUF file you can ignore this message" on healthy starts.
+        (r"GGUF (?:model|checkpoint)", r"\S+\.gguf\b"),
     ),
     Code(
         "NETWORK",

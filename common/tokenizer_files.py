@@ -72,3 +72,25 @@ def token_text(value: Any) -> Optional[str]:
 def special_token_strings(values: List[Any]) -> List[str]:
     """Token strings from a list that may hold strings or serialized AddedToken dicts."""
     return [text for text in map(token_text, values) if text is not None]
+
+
+def token_for_id(tokenizer_json: Dict[str, Any], token_id: Any) -> Optional[str]:
+    """The text tokenizer.json gives `token_id`: an added token first (where special tokens
+    live), then the model's vocabulary (a {token: id} map for BPE/WordPiece/WordLevel, a list of
+    [piece, score] for Unigram). None when the id is not an integer or not there."""
+    if isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0:
+        return None
+    for added in tokenizer_json.get("added_tokens") or []:
+        if isinstance(added, dict) and added.get("id") == token_id and isinstance(added.get("content"), str):
+            return added["content"]
+    model = tokenizer_json.get("model")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if isinstance(vocab, dict):
+        for text, value in vocab.items():
+            if value == token_id and not isinstance(value, bool):
+                return text
+    elif isinstance(vocab, list) and token_id < len(vocab):
+        entry = vocab[token_id]
+        if isinstance(entry, list) and entry and isinstance(entry[0], str):
+            return entry[0]
+    return None

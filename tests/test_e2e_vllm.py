@@ -1,9 +1,10 @@
 """End to end on real vLLM 0.11.0 (CPU): a transformers-5 model kills vanilla vLLM and serves
-through the launcher with the author's token ids; a clean model gets nothing and serves; R2, R4
-and R5 each fail (or silently go wrong) on vanilla vLLM and are right through the launcher, R4 and
-R5 to the greedy token against transformers' own generate on the same weights."""
+through the launcher with the author's token ids; a clean model gets nothing and serves; R2,
+R3c, R4 and R5 each fail (or silently go wrong) on vanilla vLLM and are right through the
+launcher, R4 and R5 to the greedy token against transformers' own generate on the same weights."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,28 @@ def test_kv_cache_larger_than_memory_is_triaged_as_oom(served_models, server):
     assert "larger than the available KV cache memory" in srv.log()
     verdict = triage_file(str(srv.log_path))
     assert verdict.code == "OOM" and "max-model-len" in verdict.fix
+
+
+def test_r3c_tokenizer_json_alone_vanilla_invents_a_bos_launcher_keeps_the_authors_ids(served_models, server, tmp_path):
+    """An export with tokenizer.json and no tokenizer_config.json: 4.57 loads it as
+    LlamaTokenizerFast, which invents `<s>` past the vocabulary and prepends it; vLLM serves that
+    id (a padding row of its embedding) and answers 200. Nothing in the log says so."""
+    from tokenizers import Tokenizer
+
+    model = tmp_path / "tokenizer-json-only"
+    shutil.copytree(served_models("457-generic"), model)
+    (model / "tokenizer_config.json").unlink()
+    (model / "special_tokens_map.json").unlink()
+    truth = Tokenizer.from_file(str(model / "tokenizer.json")).encode("hello world").ids  # the author's own processing
+    vocab_size = json.loads((model / "config.json").read_text())["vocab_size"]
+    vanilla = server(serve_argv_vanilla(model, free_port()), engine_env(), "vanilla")
+    assert vanilla.wait_ready(), vanilla.log()[-3000:]
+    status, answer = vanilla.post("/tokenize", {"model": str(model), "prompt": "hello world"})
+    assert status == 200 and answer["tokens"][1:] == truth and answer["tokens"][0] >= vocab_size
+    vanilla.stop()
+    assert triaged(vanilla.log_path) == "unknown"
+    srv, _, report = serve_through_launcher(server, model, tmp_path / "work")
+    assert [r["code"] for r in report["repairs"]] == ["R3c"] and report["repairs"][0]["verified"] is True
+    status, answer = srv.post("/tokenize", {"model": str(model), "prompt": "hello world"})
+    assert status == 200 and answer["tokens"] == truth
+    chat_and_complete(srv, model)

@@ -7,6 +7,7 @@ where they are produced."""
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -107,6 +108,20 @@ def corpus(models, tmp_path_factory):
     assert ok.returncode == 0
     healthy.write_text(ok.stdout + ok.stderr)
     out["unknown"] = healthy
+    # A healthy load that mentions GGUF: 4.57's LlamaTokenizerFast legacy warning (a Llama whose
+    # tokenizer.json ships without tokenizer_config.json) is not a GGUF checkpoint.
+    llama_fast = base / "tokenizer-json-only"
+    shutil.copytree(models("457-generic"), llama_fast)
+    (llama_fast / "tokenizer_config.json").unlink()
+    ok = subprocess.run(
+        [sys.executable, "-c", LOAD_TOKENIZER.format(str(llama_fast)) + "\nprint('loaded')"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert ok.returncode == 0 and "GGUF file" in ok.stderr, ok.stderr
+    (base / "healthy-llama-fast.log").write_text(ok.stdout + ok.stderr)
+    out["unknown-llama-fast"] = base / "healthy-llama-fast.log"
     return out
 
 
@@ -116,7 +131,7 @@ def test_each_real_failure_gets_its_class_with_evidence_and_fix(corpus):
     for label, path in corpus.items():
         verdict = got[path.name]
         assert verdict["code"] == label.split("-")[0], (label, verdict)
-        if label != "unknown":
+        if not label.startswith("unknown"):
             assert verdict["evidence"] and verdict["fix"], verdict
     assert got["tf4.57-generic.log"]["evidence"].startswith("ValueError: Tokenizer class TokenizersBackend does not exist")
     assert got["tf4.55-qwen2.log"]["evidence"] == "AttributeError: 'list' object has no attribute 'keys'"

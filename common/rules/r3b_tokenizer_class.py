@@ -4,8 +4,7 @@ transformers 5 saves generic fast tokenizers as `TokenizersBackend` (and some au
 `TiktokenTokenizer` or classes of newer releases); the engine's transformers raises `Tokenizer
 class X does not exist or is not currently imported` and vLLM never starts. When the model ships
 files a class of the engine can read, the overlay names that class instead, and the repair is
-kept only if the overlay loads with the same special-token and probe-text ids. A tokenizer with
-no tokenizer_config.json at all gets one when the engine could not otherwise pick a class.
+kept only if the overlay loads with the same special-token and probe-text ids.
 """
 
 from __future__ import annotations
@@ -37,20 +36,12 @@ class UnknownTokenizerClass(Rule):
 
     def check(self, ctx: Context) -> Outcome:
         kind = ctx.facts.get("tokenizer_kind")
-        present = ctx.model.state("tokenizer_config.json").exists
-        config = tokenizer_config(ctx.model)
-        declared = config.get("tokenizer_class")
-        model_type = ctx.facts.get("model_type")
-        if not present:
-            if kind != "fast" or model_type in ctx.profile.tokenizer_model_types:
-                return Outcome()
-            problem = f"no tokenizer_config.json and model_type {model_type!r} maps to no tokenizer in transformers {ctx.profile.transformers_version}"
-        elif declared is None:
+        declared = tokenizer_config(ctx.model).get("tokenizer_class")
+        if declared is None:
+            return Outcome()  # no tokenizer_config.json at all is R3c's
+        if isinstance(declared, str) and ctx.profile.knows_tokenizer_class(declared):
             return Outcome()
-        elif isinstance(declared, str) and ctx.profile.knows_tokenizer_class(declared):
-            return Outcome()
-        else:
-            problem = f"tokenizer_class {declared!r} does not exist in transformers {ctx.profile.transformers_version}"
+        problem = f"tokenizer_class {declared!r} does not exist in transformers {ctx.profile.transformers_version}"
         reason = tokenizer_hands_off(ctx)
         if reason:
             return Outcome(findings=[self.finding("warning", f"{problem}, but {reason}; not rewritten")])

@@ -69,7 +69,7 @@ def test_compat_skip_matches_codes_in_any_case(tmp_path, spelling):
 
 def test_compat_skip_says_when_a_code_is_unknown(tmp_path):
     model = model_dir(tmp_path / "m", {"config.json": {"architectures": ["LlamaForCausalLM"], "model_type": "llama"}})
-    env = dict(os.environ, COMPAT_WORK_DIR=str(tmp_path / "w"), COMPAT_SKIP="R3c,oom")
+    env = dict(os.environ, COMPAT_WORK_DIR=str(tmp_path / "w"), COMPAT_SKIP="R9z,oom")
     result = subprocess.run(
         [sys.executable, "-m", "common", "preflight", str(model), "--card", "nv-a100", "--json"],
         cwd=str(ROOT),
@@ -79,4 +79,4 @@ def test_compat_skip_says_when_a_code_is_unknown(tmp_path):
         timeout=60,
     )
     assert result.returncode == 0 and json.loads(result.stdout)["card"] == "nv-a100"
-    assert "COMPAT_SKIP names OOM, R3C, which no runtime rule has; ignored" in result.stderr
+    assert "COMPAT_SKIP names OOM, R9Z, which no runtime rule has; ignored" in result.stderr

@@ -104,25 +104,67 @@ def test_remote_code_tokenizer_is_reported_not_rewritten(tmp_path, env_for_tests
     assert {"R3", "R3b"} <= {f["code"] for f in plan["findings"]}
 
 
-def test_missing_tokenizer_config_is_generated_when_engine_cannot_pick(models, env_for_tests, tmp_path):
+def without_tokenizer_config(models, tmp_path, keep_special_tokens_map=False, **config_changes):
+    """457-generic as an export that ships tokenizer.json alone."""
     model = tmp_path / "noconfig"
     shutil.copytree(models("457-generic"), model)
     (model / "tokenizer_config.json").unlink()
+    if not keep_special_tokens_map:
+        (model / "special_tokens_map.json").unlink()
     config = json.loads((model / "config.json").read_text())
-    config["model_type"] = "brand_new_arch"
+    config.update(config_changes)
     (model / "config.json").write_text(json.dumps(config))
+    return model
+
+
+@pytest.mark.parametrize("model_type", ["llama", "brand_new_arch"])
+def test_missing_tokenizer_config_is_written_from_the_models_ids(models, env_for_tests, tmp_path, model_type):
+    """4.57 would load a Llama's tokenizer.json as LlamaTokenizerFast (BOS prepended, `<s>` and
+    `</s>` invented past the vocabulary), an unmapped model_type not at all."""
+    model = without_tokenizer_config(models, tmp_path, model_type=model_type, pad_token_id=1)
     plan = preflight_json(model, env=env_for_tests)
-    assert codes(plan) == ["R3b"] and plan["repairs"][0]["verified"] is True
-    overlay = Path(plan["args"][1])
+    assert codes(plan) == ["R3c"] and plan["repairs"][0]["verified"] is True, plan
+    overlay = Path(plan["args"][plan["args"].index("--tokenizer") + 1])
+    written = json.loads((overlay / "tokenizer_config.json").read_text())
+    # The ids of config.json (bos 0, eos 2, pad 1) as tokenizer.json names them.
+    assert written == {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|endoftext|>",
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|im_start|>",
+    }
+    assert not (model / "tokenizer_config.json").exists()  # the model is never written
+
+
+def test_missing_tokenizer_config_with_special_tokens_map_names_the_class_only(models, env_for_tests, tmp_path):
+    model = without_tokenizer_config(models, tmp_path, keep_special_tokens_map=True)
+    plan = preflight_json(model, env=env_for_tests)
+    assert codes(plan) == ["R3c"] and plan["repairs"][0]["verified"] is True
+    overlay = Path(plan["args"][plan["args"].index("--tokenizer") + 1])
     assert json.loads((overlay / "tokenizer_config.json").read_text()) == {"tokenizer_class": "PreTrainedTokenizerFast"}
+    assert (overlay / "special_tokens_map.json").is_symlink()
 
 
-def test_missing_tokenizer_config_left_alone_when_model_type_maps(models, env_for_tests, tmp_path):
-    model = tmp_path / "noconfig-llama"
-    shutil.copytree(models("457-generic"), model)
-    (model / "tokenizer_config.json").unlink()
+def test_missing_tokenizer_config_ids_not_in_the_vocabulary_are_left_unset(models, env_for_tests, tmp_path):
+    model = without_tokenizer_config(models, tmp_path, bos_token_id=10**6, eos_token_id=[2, 1], pad_token_id="0")
     plan = preflight_json(model, env=env_for_tests)
-    assert plan["repairs"] == []
+    [repair] = plan["repairs"]
+    assert repair["code"] == "R3c" and repair["verified"] is True
+    assert "(bos_token_id 1000000, pad_token_id '0' not in tokenizer.json: left unset)" in repair["detail"]
+    overlay = Path(plan["args"][plan["args"].index("--tokenizer") + 1])
+    # A list of eos ids gives its first; a string is not an id.
+    assert json.loads((overlay / "tokenizer_config.json").read_text()) == {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "eos_token": "<|im_end|>",
+    }
+
+
+def test_missing_tokenizer_config_user_tokenizer_is_left_alone(models, env_for_tests, tmp_path):
+    model = without_tokenizer_config(models, tmp_path)
+    plan = preflight_json(model, vllm_args=["--tokenizer", str(models("457-generic"))], env=env_for_tests)
+    assert plan["repairs"] == [] and plan["args"] == []
+    [finding] = [f for f in plan["findings"] if f["code"] == "R3c"]
+    assert finding["severity"] == "warning" and "own --tokenizer" in finding["message"]
 
 
 def test_tiktoken_unknown_class_is_a_finding(tmp_path, env_for_tests):
