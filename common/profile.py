@@ -49,6 +49,10 @@ class Profile:
         self.null_head_dim_model_types: FrozenSet[str] = frozenset(engine.get("null_head_dim_model_types") or ())
         self.config_model_types: Optional[FrozenSet[str]] = _optional_set(engine.get("config_model_types"))
         self.serve_config_file: Optional[bool] = engine.get("serve_config_file")
+        # Whether the engine runs `vllm.general_plugins` entry points, and has the loader's weight
+        # iterator (DefaultModelLoader._get_weights_iterator) R8's plugin wraps.
+        self.general_plugins: Optional[bool] = engine.get("general_plugins")
+        self.weights_iterator_hook: Optional[bool] = engine.get("weights_iterator_hook")
         reads = engine.get("reads") if isinstance(engine.get("reads"), dict) else {}
         self.reads_rope_parameters: Optional[bool] = reads.get("rope_parameters")
         self.reads_dtype_key: Optional[bool] = reads.get("dtype")

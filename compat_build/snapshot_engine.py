@@ -320,6 +320,54 @@ def reads_transformers5_format() -> Dict[str, Optional[bool]]:
     return facts
 
 
+def _vllm_file(*parts: str) -> str:
+    """The path of a file of the installed vLLM package ("" without one); nothing is imported."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return ""
+    return os.path.join(list(spec.submodule_search_locations)[0], *parts)
+
+
+def general_plugins() -> Optional[bool]:
+    """Whether the engine runs the `vllm.general_plugins` entry points (vllm/plugins: from 0.5.x
+    on, in every process that builds an engine or a worker). Read from the source, as R8's plugin
+    is found: by the entry point group. None: no vLLM to ask."""
+    path = _vllm_file("plugins", "__init__.py")
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            source = fh.read()
+    except OSError:
+        return False
+    return "def load_general_plugins" in source and "vllm.general_plugins" in source
+
+
+# Where vLLM keeps DefaultModelLoader (0.6+, then 0.5.x): the class R8's plugin looks up the same way.
+LOADER_FILES = (("model_executor", "model_loader", "default_loader.py"), ("model_executor", "model_loader", "loader.py"))
+
+
+def weights_iterator_hook() -> Optional[bool]:
+    """Whether DefaultModelLoader has `_get_weights_iterator`, the method R8's plugin wraps (read
+    from the syntax tree: importing the loader needs torch). None: no vLLM to ask."""
+    import ast
+
+    if not _vllm_file():
+        return None
+    for parts in LOADER_FILES:
+        try:
+            with open(_vllm_file(*parts), encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == "DefaultModelLoader":
+                return any(isinstance(n, ast.FunctionDef) and n.name == "_get_weights_iterator" for n in node.body)
+    return False
+
+
 def snapshot(vllm_source: str = "") -> Dict[str, Any]:
     data: Dict[str, Any] = {
         "vllm_version": _dist_version("vllm"),
@@ -333,6 +381,8 @@ def snapshot(vllm_source: str = "") -> Dict[str, Any]:
         "null_head_dim_model_types": null_head_dim_model_types(),
         "reads": reads_transformers5_format(),
         "serve_config_file": serve_config_file(),
+        "general_plugins": general_plugins(),
+        "weights_iterator_hook": weights_iterator_hook(),
     }
     data.update(transformers_tables())
     return data

@@ -16,6 +16,7 @@ from . import (
     r4_architectures,
     r5_config_format,
     r7_vendor_module_shim,
+    r8_fused_experts,
     remote_code,
 )
 from .base import Context, Outcome, Rule
@@ -39,6 +40,7 @@ REGISTRY: Tuple[Rule, ...] = (
     h1_head_size.RULE,
     h2_null_head_dim.RULE,
     r7_vendor_module_shim.RULE,
+    r8_fused_experts.RULE,
 )
 
 

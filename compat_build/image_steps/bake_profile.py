@@ -41,6 +41,9 @@ def profile_json(card: Dict[str, Any], snap: Dict[str, Any]) -> Dict[str, Any]:
             "reads": snap["reads"],
             # Whether `vllm serve --config FILE.yaml` is read: its flags then count as the user's.
             "serve_config_file": snap["serve_config_file"],
+            # Whether it runs general plugins and has the weight iterator R8's plugin wraps.
+            "general_plugins": snap["general_plugins"],
+            "weights_iterator_hook": snap["weights_iterator_hook"],
             "tokenizer_classes": snap["tokenizer_classes"],
             "tokenizer_model_types": snap["tokenizer_model_types"],
             "model_type_architectures": snap["model_type_architectures"],

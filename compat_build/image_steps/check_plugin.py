@@ -1,0 +1,52 @@
+"""Check at image build that the image's Python finds R8's vLLM plugin only when asked.
+
+usage: python3 -m compat_build.image_steps.check_plugin PLUGIN_DIR
+
+vLLM discovers general plugins through importlib.metadata entry points. The plugin is not
+installed: its directory holds a `*.dist-info` that the R8 repair puts first on PYTHONPATH. With
+the directory on PYTHONPATH the image's own Python must see the entry point and load it (the
+module imports without torch); without it the entry point must not exist, so that no model the
+preflight did not ask for runs through the plugin. Exits 1 with one line when either fails.
+"""
+
+import os
+import subprocess
+import sys
+
+GROUP = "vllm.general_plugins"
+NAME = "compat_fused_experts"
+PROBE = (
+    "from importlib.metadata import entry_points\n"
+    f"found = [ep for ep in entry_points(group={GROUP!r}) if ep.name == {NAME!r}]\n"
+    "print(len(found), callable(found[0].load()) if found else False)\n"
+)
+
+
+def probe(pythonpath: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd="/", capture_output=True, text=True, check=False)
+    text = out.stdout.strip() or out.stderr.strip()
+    return text.splitlines()[-1] if text else f"exit {out.returncode}"
+
+
+def main(argv: list) -> int:
+    if len(argv) != 1:
+        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        return 2
+    asked, unasked = probe(argv[0]), probe("")
+    if asked != "1 True":
+        print(
+            f"check_plugin: with {argv[0]} on PYTHONPATH, {sys.executable} does not load the {NAME} entry point ({asked})", file=sys.stderr
+        )
+        return 1
+    if unasked != "0 False":
+        print(f"check_plugin: {sys.executable} finds the {NAME} entry point without being asked ({unasked})", file=sys.stderr)
+        return 1
+    print(f"R8 plugin: {NAME} found with {argv[0]} on PYTHONPATH only")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
