@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CARD   ?= nv-a100
 
-.PHONY: help venv author-env engine-env engine055-env engine-next-env tf455-env upstream-src envs demo test test-fast fuzz fixtures bench profiles profiles-check render build release-check lint clean
+.PHONY: help venv author-env engine-env engine055-env engine-next-env upstream-src envs demo test test-fast fuzz fixtures bench profiles profiles-check render build release-check lint clean
 
 help:
 	@echo "make demo        build an example broken model and show what the $(CARD) image would do"
@@ -28,8 +28,6 @@ author-env:
 	@scripts/make-venv.sh author .venv-author $(PYTHON)
 engine-env:
 	@scripts/make-venv.sh engine .venv-engine $(PYTHON)
-tf455-env:
-	@scripts/make-venv.sh tf455 .venv-tf455 $(PYTHON)
 # The BI-100 engine generation (vLLM 0.5.5 built for the CPU) on the card's Python 3.10.
 engine055-env:
 	@py=$$(envs/engine055/python310.sh) && scripts/make-venv.sh engine055 .venv-engine055 "$$py"
@@ -38,7 +36,7 @@ engine-next-env:
 	@scripts/make-venv.sh engine-next .venv-engine-next python3.11
 upstream-src: venv
 	@$(PY) scripts/fetch_upstream.py
-envs: venv author-env engine-env engine055-env engine-next-env tf455-env upstream-src
+envs: venv author-env engine-env engine055-env engine-next-env upstream-src
 
 demo: venv author-env
 	@$(PY) scripts/demo.py --card $(CARD)
@@ -46,7 +44,7 @@ demo: venv author-env
 test: envs
 	$(PY) -m pytest
 
-test-fast: venv author-env tf455-env upstream-src
+test-fast: venv author-env upstream-src
 	$(PY) -m pytest -m "not e2e"
 
 # The committed fixture models the unit tests read, made again by their authors' transformers.

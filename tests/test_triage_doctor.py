@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_library_patches import ENGINE, VENVS
+from tests.test_library_patches import ENGINE, VENVS, require
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,6 +58,8 @@ def corpus(models, tmp_path_factory):
     """Real failure output, each file named by the class it must get."""
     base = tmp_path_factory.mktemp("logs")
     out = {}
+    for venv in (VENVS["4.55"], ENGINE):
+        require(venv)
     for version in ("4.55", "4.57"):
         python = VENVS[version] / "bin" / "python"
         out[f"R3b-{version}"] = capture(python, LOAD_TOKENIZER.format(str(models("v5-generic"))), base / f"tf{version}-generic.log")

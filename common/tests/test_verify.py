@@ -12,18 +12,19 @@ from common.verify import run_check, run_checks
 
 from .helpers import ROOT, model_dir, run_common
 
-TF455_PYTHON = ROOT / ".venv-tf455" / "bin" / "python"
+# The BI-100 engine venv: transformers 4.55.4 on Python 3.10, as on that card.
+ENGINE055_PYTHON = ROOT / ".venv-engine055" / "bin" / "python"
 AUTHOR_PYTHON = ROOT / ".venv-author" / "bin" / "python"
 ENGINES = [
     pytest.param(Path(sys.executable), id="transformers-4.57"),  # .venv, what nv-a100 ships
-    pytest.param(TF455_PYTHON, id="transformers-4.55.4"),
-]  # iluvatar-bi100's
+    pytest.param(ENGINE055_PYTHON, id="transformers-4.55.4"),  # iluvatar-bi100's
+]
 BAD_TIMEOUTS = ["inf", "nan", "-1", "1e300", "soon"]
 
 
 def engine_env(env, python):
     if not Path(python).exists():
-        target = "author-env" if ".venv-author" in str(python) else "tf455-env"
+        target = "author-env" if ".venv-author" in str(python) else "engine055-env"
         pytest.skip(f"{python} is missing: run `make {target}`")
     return dict(env, COMPAT_ENGINE_PYTHON=str(python))
 
