@@ -54,6 +54,10 @@ class Repair:
         # planner carries them the best way the engine allows: --hf-overrides, --hf-config-path
         # with a rewritten config.json, or a model view (common/model_view.py).
         self.config_edits: Dict[str, Any] = {}
+        # Whole files a model view must hold that the model lacks (name -> JSON content), and the
+        # engine-side processor check of that view (common/model_view.py).
+        self.view_files: Dict[str, Dict[str, Any]] = {}
+        self.processor_check: Optional[Dict[str, Any]] = None
         # Path-like variables to extend: the value goes in front of what the environment has.
         self.path_prepend: Dict[str, str] = {}
         # A file this repair writes into the run's work dir, passed as `flag PATH`: (flag, name, text).
@@ -76,6 +80,8 @@ class Repair:
             data["hf_overrides"] = dict(self.hf_overrides)
         if self.config_edits:
             data["config_edits"] = dict(self.config_edits)
+        if self.view_files:
+            data["view_files"] = sorted(self.view_files)
         if self.verification:
             data["verification"] = self.verification
         return data

@@ -92,16 +92,22 @@ def build_plan(
     return plan
 
 
+def _overlay_edits(repairs: List[Repair]) -> Dict[str, List[Dict]]:
+    """The tokenizer files the overlay repairs rewrite: name -> edits, in repair order."""
+    edits: Dict[str, List[Dict]] = {}
+    for repair in repairs:
+        for name, edit in repair.overlay.items():
+            edits.setdefault(name, []).append(edit)
+    return edits
+
+
 def _build_tokenizer_overlay(plan: Plan, model: ModelDir) -> Optional[Tuple[str, List[Repair]]]:
     """The tokenizer overlay of the repairs that rewrite tokenizer files: (its path, those
     repairs), or None when there are none or it could not be written (then they are dropped)."""
     overlay_repairs = [r for r in plan.repairs if r.overlay]
     if not overlay_repairs:
         return None
-    edits: Dict[str, List[Dict]] = {}
-    for repair in overlay_repairs:
-        for name, edit in repair.overlay.items():
-            edits.setdefault(name, []).append(edit)
+    edits = _overlay_edits(overlay_repairs)
     codes = "+".join(r.code for r in overlay_repairs)
     dest = os.path.join(plan.work_dir, TOKENIZER_OVERLAY) if plan.work_dir else None
     try:
@@ -140,7 +146,8 @@ def _materialize(
     """Write what the repairs need beyond arguments (the tokenizer overlay, a rewritten config.json
     or a model view) and verify all of it, engine patches included, in one engine-Python process."""
     tokenizer = _build_tokenizer_overlay(plan, model)
-    carried = carry(plan, model, profile, user)
+    # A view that holds processor files holds the overlay's tokenizer files too (R6).
+    carried = carry(plan, model, profile, user, _overlay_edits(tokenizer[1]) if tokenizer else None)
     patches = [r for r in plan.repairs if r.engine_patch is not None and r.verified is None]
     for repair in plan.repairs:
         if (
@@ -155,8 +162,8 @@ def _materialize(
     requests = [{"kind": "module", "name": r.engine_patch[0]} for r in patches]
     if tokenizer is not None:
         requests.append({"kind": "tokenizer", "overlay": tokenizer[0], "model": model.path})
-    if carried is not None and carried.config_dir:
-        requests.append(carried.request(trust))
+    carried_requests = carried.requests(trust) if carried is not None and carried.config_dir else []
+    requests += carried_requests
     if ask_engine_config and model.state("config.json").exists:
         requests.append({"kind": "config", "path": model.path, "trust_remote_code": trust, "attributes": []})
     if not requests:
@@ -174,9 +181,10 @@ def _materialize(
     if tokenizer is not None:
         ok, reason, _ = verdicts.pop(0)
         _apply_tokenizer_verdict(plan, tokenizer[1], ok, reason)
-    if carried is not None and carried.config_dir:
-        ok, reason, answer = verdicts.pop(0)
-        apply_verdict(plan, carried, ok, reason, answer, user, model_arg)
+    if carried_requests:
+        answers = [verdicts.pop(0) for _ in carried_requests]
+        ok, reason, answer = answers[0]
+        apply_verdict(plan, carried, ok, reason, answer, user, model_arg, answers[1:])
     if ask_engine_config and model.state("config.json").exists:
         ok, reason, _ = verdicts.pop(0)
         _config_verdict(plan, ok, reason)

@@ -144,6 +144,12 @@ class Server:
         body = {"model": name, "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "hello"}]}
         return self.post("/v1/chat/completions", body)
 
+    def image_chat(self, name: str, image_url: str, text: str) -> Tuple[int, dict]:
+        """A short greedy chat completion of one image (a URL, data: URLs included) and a text."""
+        content = [{"type": "image_url", "image_url": {"url": image_url}}, {"type": "text", "text": text}]
+        body = {"model": name, "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": content}]}
+        return self.post("/v1/chat/completions", body)
+
     def complete(self, name: str) -> Tuple[int, dict]:
         return self.post("/v1/completions", {"model": name, "prompt": "hello world", "max_tokens": 4, "temperature": 0})
 

@@ -17,6 +17,12 @@ Requests and the fields their answers add:
   {"kind": "config", "path": DIR, "trust_remote_code": bool, "attributes": [name, ...]}
       "class", "model_type", "attributes": {name: value} as this transformers reads them
       (missing ones left out), and "text_config" (the same three) when the config nests one.
+  {"kind": "processor", "path": DIR, "trust_remote_code": bool, "processor_class": NAME or null,
+   "components": {"image_processor": {key: value}, ...}}
+      "class", "components": {name: class}.  Does AutoProcessor load from DIR (where the engine
+      loads it: the model path or a model view), as `processor_class`, with each component's
+      values as given (its nested processor_config.json entries; class-name keys left out)?
+      Torch-free like the others: the slow (PIL) image processors need no torch.
 Every answer: "index", "kind", "ok" (true, false, or null: this interpreter cannot check, e.g.
 no transformers), "reason", "transformers" (version or null), "torch_loaded".
 
@@ -141,6 +147,43 @@ def check_config(request):
     return dict(result, ok=True, reason=f"reads as {result['class']} (model_type {result['model_type']!r})")
 
 
+# Keys of a processor component that name classes or paths, not values the component keeps.
+COMPONENT_NAME_KEYS = ("image_processor_type", "feature_extractor_type", "video_processor_type", "processor_class", "auto_map")
+
+
+def _same(got, want):
+    if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
+        return abs(got - want) <= 1e-9 * max(1.0, abs(want))
+    if isinstance(want, list) and isinstance(got, list) and len(got) == len(want):
+        return all(_same(g, w) for g, w in zip(got, want, strict=True))
+    if isinstance(want, dict) and isinstance(got, dict):
+        return set(got) == set(want) and all(_same(got[k], want[k]) for k in want)
+    return got == want
+
+
+def check_processor(request):
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(request["path"], trust_remote_code=bool(request.get("trust_remote_code")))
+    result = {"class": type(processor).__name__, "components": {}}
+    want_class = request.get("processor_class")
+    if want_class and result["class"] != want_class:
+        return dict(result, ok=False, reason=f"AutoProcessor loads {result['class']}, not {want_class}")
+    for name, values in sorted((request.get("components") or {}).items()):
+        component = getattr(processor, name, None)
+        if component is None:
+            return dict(result, ok=False, reason=f"the processor has no {name}")
+        result["components"][name] = type(component).__name__
+        for key, want in sorted(values.items()):
+            if key in COMPONENT_NAME_KEYS or not hasattr(component, key):
+                continue
+            got = _jsonable(getattr(component, key))
+            if not _same(got, want):
+                return dict(result, ok=False, reason=f"{name}.{key} loads as {got!r}, processor_config.json says {want!r}")
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(result["components"].items()))
+    return dict(result, ok=True, reason=f"the processor loads as {result['class']}" + (f" ({parts})" if parts else ""))
+
+
 def check_module(request):
     """Where an engine module's source is for this interpreter, found without importing it (a
     start-time engine patch, H1, is checked against the engine's file, not the caller's). The
@@ -158,7 +201,7 @@ def check_module(request):
     return {"ok": True, "reason": f"{request['name']} is {source}", "path": source}
 
 
-CHECKS = {"tokenizer": check_tokenizer, "config": check_config, "module": check_module}
+CHECKS = {"tokenizer": check_tokenizer, "config": check_config, "module": check_module, "processor": check_processor}
 
 
 def torch_loaded():

@@ -15,6 +15,7 @@ from . import (
     r3c_tokenizer_config,
     r4_architectures,
     r5_config_format,
+    r6_processor_files,
     r7_vendor_module_shim,
     r8_fused_experts,
     remote_code,
@@ -32,6 +33,9 @@ REGISTRY: Tuple[Rule, ...] = (
     remote_code.RULE,
     quantization.RULE,
     r2_chat_template.RULE,
+    # Before the tokenizer rules: a processor that fails on the model path's tokenizer logs
+    # R3b's line too, and only R6's view reaches it (triage: the first matching code wins).
+    r6_processor_files.RULE,
     r3_extra_special_tokens.RULE,
     r3b_tokenizer_class.RULE,
     r3c_tokenizer_config.RULE,

@@ -9,8 +9,11 @@ float32 and, with `--dtype auto`, serves a bfloat16 model in float16 (overflow-p
 restored only where it changes what `auto` picks. The repair restores exactly the values the
 engine would lose: through `--hf-overrides` where the card's vLLM has it (0.6.x and later), else
 through `--rope-theta` / `--rope-scaling` / `--dtype`, and what no flag carries through a model
-view with a rewritten config.json. Values lost inside a nested `text_config` are reported as a
-finding for now.
+view with a rewritten config.json. A vision-language model saved by transformers 5 (LLaVA...)
+keeps its language model's RoPE in `text_config.rope_parameters`, which transformers 4.x reads
+the same silent way; `--hf-overrides` replaces a nested dict wholesale, so the repaired
+`text_config` is given whole and carried by `--hf-config-path` (a rewritten config.json, the
+model path kept) or a model view, verified by the engine's AutoConfig reading the nested value.
 """
 
 from __future__ import annotations
@@ -149,24 +152,30 @@ class ConfigFormat(Rule):
             outcome.findings.append(
                 self.finding("warning", f"{why}: not restored; the engine's transformers {version} will use its default")
             )
+        nested_edits: Dict[str, Any] = {}
         for key in NESTED:
             nested = config.get(key)
             if isinstance(nested, dict):
-                inner = lost_values(nested, rope_read, dtype_read)
+                inner_refused: List[str] = []
+                inner = lost_values(nested, rope_read, dtype_read, inner_refused)
                 inner.pop("torch_dtype", None)  # the top-level dtype decides the engine's dtype
-                if inner:
+                for why in inner_refused:
                     outcome.findings.append(
-                        self.finding(
-                            "warning",
-                            f"{key} holds {', '.join(sorted(inner))} only inside rope_parameters; the engine's "
-                            f"transformers {version} will use its defaults and vLLM's --hf-overrides cannot "
-                            "set nested values: this model may generate wrong text on this card",
-                        )
+                        self.finding("warning", f"{key}.{why}: not restored; the engine's transformers {version} will use its default")
                     )
+                if inner:
+                    # Given whole: vLLM's --hf-overrides would replace the nested dict wholesale.
+                    nested_edits[key] = dict(nested, **inner)
+                    lost.update({f"{key}.{name}": value for name, value in inner.items()})
         if not lost:
             return outcome
         repair = Repair(self.code, self.title, self._detail(lost, version))
-        if ctx.profile.accepts("hf_overrides"):
+        if nested_edits:
+            # No flag carries a nested value: the whole repair goes through a rewritten config.json
+            # (--hf-config-path or a model view, common/model_view.py).
+            top = {key: value for key, value in lost.items() if "." not in key}
+            repair.config_edits = dict(top, **nested_edits)
+        elif ctx.profile.accepts("hf_overrides"):
             repair.config_edits = dict(lost)
         else:
             # The engine's own flags keep the model path; what no flag carries goes through a

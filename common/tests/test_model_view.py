@@ -52,7 +52,7 @@ def plan_for(monkeypatch, tmp_path, model, profile, user=(), verify=True, model_
     env = {
         "COMPAT_WORK_DIR": str(tmp_path / "work"),
         "COMPAT_ENGINE_PYTHON": sys.executable,
-        "COMPAT_SKIP": "R2,R3,R3b,R5,H1,R7",
+        "COMPAT_SKIP": "R2,R3,R3b,R3c,R5,R6,H1,R7,R8",
         "PATH": os.environ["PATH"],
     }
     arg = model_arg or str(model)
@@ -153,3 +153,27 @@ def test_dry_runs_and_doctor_leave_nothing_behind(tmp_path, models, env_for_test
     kept = run_common(["preflight", str(model), "--card", "nv-a100", "--dry-run", "--keep-work-dir", "--json"], env)
     plan = json.loads(kept.stdout)
     assert Path(plan["work_dir"]).is_dir() and Path(plan["args"][1], "tokenizer_config.json").is_file()
+
+
+def test_a_nested_value_the_engine_does_not_read_fails_verification():
+    """The engine's answer for text_config.rope_theta is compared, not skipped."""
+    from common.model_view import _mismatch
+
+    edits = {"text_config": {"model_type": "llama", "rope_theta": 1e6, "rope_parameters": {"rope_theta": 1e6}}}
+    assert _mismatch(edits, {}, {"attributes": {"rope_theta": 1e6}}) is None
+    why = _mismatch(edits, {}, {"attributes": {"rope_theta": 10000.0}})
+    assert why == "the engine's transformers reads text_config.rope_theta=10000.0, not 1000000.0"
+
+
+def test_two_repairs_of_one_nested_config_keep_both_keys():
+    """R5 (rope) and H2 (head_dim) each give text_config whole: neither loses the other's key."""
+    from common.model_view import changed_names, merge_edits
+    from common.plan import Repair
+
+    text = {"model_type": "mistral", "hidden_size": 256}
+    r5, h2 = Repair("R5", "", ""), Repair("H2", "", "")
+    r5.config_edits = {"text_config": dict(text, rope_theta=1e6)}
+    h2.config_edits = {"text_config": dict(text, head_dim=64)}
+    merged = merge_edits([r5, h2])
+    assert merged == {"text_config": dict(text, rope_theta=1e6, head_dim=64)}
+    assert changed_names(merged, {"text_config": text}) == ["head_dim", "rope_theta"]

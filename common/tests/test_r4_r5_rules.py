@@ -2,6 +2,7 @@
 transformers would silently lose), decided against each card's real engine profile."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -190,15 +191,55 @@ def test_users_values_win(tmp_path, env_for_tests):
     assert plan["args"] == ["--rope-theta", "1000000.0"]
 
 
-def test_nested_text_config_loss_is_reported(tmp_path, env_for_tests):
-    config = {
-        "architectures": ["LlavaForConditionalGeneration"],
-        "model_type": "llava",
-        "text_config": {"model_type": "llama", "rope_parameters": dict(V5_ROPE)},
-    }
+LLAVA_V5 = {
+    "architectures": ["LlavaForConditionalGeneration"],
+    "model_type": "llava",
+    "dtype": "bfloat16",
+    "text_config": {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "rope_parameters": dict(V5_ROPE),
+    },
+    "vision_config": {"model_type": "clip_vision_model", "hidden_size": 64, "num_attention_heads": 2},
+}
+
+
+def test_nested_text_config_rope_goes_through_hf_config_path_whole(tmp_path, env_for_tests):
+    """--hf-overrides would replace text_config wholesale: the repaired text_config is written
+    into a config.json of its own, the model path kept, and the engine's AutoConfig (4.57 here)
+    is asked what it reads for text_config.rope_theta."""
+    model = model_dir(tmp_path / "m", {"config.json": LLAVA_V5, "generation_config.json": {"temperature": 0.3}})
+    plan = preflight_json(model, env=env_for_tests)
+    [repair] = repairs(plan, "R5")
+    assert repair["verified"] is True, repair
+    assert repair["config_edits"] == {"text_config": dict(LLAVA_V5["text_config"], rope_theta=1e6)}
+    assert "text_config.rope_theta=1000000.0" in repair["detail"] and "--hf-overrides" not in plan["args"]
+    directory = Path(plan["args"][plan["args"].index("--hf-config-path") + 1])
+    written = json.loads((directory / "config.json").read_text())
+    assert written["text_config"]["rope_theta"] == 1e6 and written["vision_config"] == LLAVA_V5["vision_config"]
+    # vLLM reads generation_config.json from the same directory: the model's own is linked there.
+    assert json.loads((directory / "generation_config.json").read_text()) == {"temperature": 0.3}
+    assert plan["model_path"] == str(model) and plan["view"] is None
+
+
+def test_nested_text_config_rope_goes_through_a_view_without_hf_config_path(tmp_path, env_for_tests):
+    """BI-100's vLLM 0.5.5 has neither flag: a model view; its transformers 4.55 also loses `dtype`."""
+    model = model_dir(tmp_path / "m", {"config.json": LLAVA_V5})
+    plan = preflight_json(model, "iluvatar-bi100", env=env_for_tests)
+    [repair] = repairs(plan, "R5")
+    assert repair["config_edits"]["text_config"]["rope_theta"] == 1e6 and repair["config_edits"]["torch_dtype"] == "bfloat16"
+    written = json.loads((Path(plan["view"]["path"]) / "config.json").read_text())
+    assert written["text_config"]["rope_theta"] == 1e6 and written["torch_dtype"] == "bfloat16"
+
+
+def test_malformed_nested_rope_is_a_finding_not_a_repair(tmp_path, env_for_tests):
+    config = json.loads(json.dumps(LLAVA_V5))
+    config["text_config"]["rope_parameters"]["rope_theta"] = "1e6"
     plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), env=env_for_tests)
-    assert plan["args"] == []
-    assert "text_config holds rope_theta" in findings(plan, "R5")[0]["message"]
+    assert repairs(plan, "R5") == [] and plan["args"] == []
+    assert 'text_config.rope_parameters.rope_theta is "1e6"' in findings(plan, "R5")[0]["message"]
 
 
 @pytest.mark.parametrize("rope", ["1e6", [1e6], {"rope_theta": "1e6"}, {"rope_theta": -1}, None])

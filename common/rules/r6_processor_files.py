@@ -1,0 +1,142 @@
+"""R6: the model's processor files are in transformers 5 form where the engine loads them.
+
+vLLM (0.11 as 0.5.5) loads a multimodal model's processor from the model path, never from
+`--tokenizer`, and transformers' processor loads its tokenizer from that same path. A processor
+saved by transformers 5 is one nested `processor_config.json` ({"image_processor": {...},
+"processor_class": ...}) with no `preprocessor_config.json`, beside a transformers-5 tokenizer.
+On vLLM 0.11 (transformers 4.57) the start dies in the processor even when `--tokenizer` carries
+a repaired tokenizer (`Failed to load the processor`, caused by `Tokenizer class TokenizersBackend
+does not exist`); transformers 4.56 and earlier (BI-100's 4.55) also lack the fallback to the
+nested file (`does not appear to have a file named preprocessor_config.json`, on the first image
+request on vLLM 0.5.5). The repair is a model view: the legacy files written from the nested keys
+(an image processor class named after a transformers-5 backend mapped to the name the old
+transformers has) and the tokenizer overlay's rewritten files, so the processor loads where the
+engine looks; it is verified by the engine's transformers loading the processor from the view.
+"""
+
+from __future__ import annotations
+
+from ..plan import Repair
+from .base import Context, Outcome, Rule
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
+
+PROCESSOR_CONFIG = "processor_config.json"
+# Nested key of transformers 5's processor_config.json -> the legacy file transformers 4.x reads.
+LEGACY_FILES = {
+    "image_processor": "preprocessor_config.json",
+    "feature_extractor": "preprocessor_config.json",
+    "video_processor": "video_preprocessor_config.json",
+}
+# The key of each legacy file that names its class.
+TYPE_KEYS = {
+    "image_processor": "image_processor_type",
+    "feature_extractor": "feature_extractor_type",
+    "video_processor": "video_processor_type",
+}
+# Class-name suffixes of transformers 5's image-processor backends that 4.x lacks, and what the
+# same class is called there: v5's `CLIPImageProcessorPil` is 4.x's (slow, PIL) `CLIPImageProcessor`.
+# transformers 5.24 strips "Pil" itself when it saves; a file written otherwise may still hold it.
+CLASS_SUFFIXES = (("Pil", ""),)
+
+
+def legacy_class(name: str) -> str:
+    """The class name transformers 4.x knows for a transformers-5 backend class name."""
+    for suffix, replacement in CLASS_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)] + replacement
+    return name
+
+
+def legacy_files(nested: Dict[str, Any], present: List[str], problems: List[str]) -> Dict[str, Dict[str, Any]]:
+    """The legacy files (name -> content) the nested processor_config.json stands for, leaving
+    out those the model already has; each nested value that is not a JSON object is described in
+    `problems` instead."""
+    files: Dict[str, Dict[str, Any]] = {}
+    for key, name in sorted(LEGACY_FILES.items()):
+        if key not in nested:
+            continue
+        value = nested[key]
+        if not isinstance(value, dict):
+            problems.append(f"{PROCESSOR_CONFIG}'s {key} is a JSON {type(value).__name__}, not an object")
+            continue
+        if name in present or name in files:
+            continue
+        content = dict(value)
+        type_key = TYPE_KEYS[key]
+        if isinstance(content.get(type_key), str):
+            content[type_key] = legacy_class(content[type_key])
+        files[name] = content
+    return files
+
+
+class ProcessorFiles(Rule):
+    code = "R6"
+    title = "processor files in transformers 5 form"
+    doc = __doc__.split("\n\n", 1)[1].strip()
+    fix = (
+        "serve a model view with the legacy preprocessor_config.json and the repaired tokenizer files where the engine loads the processor"
+    )
+    log_signatures = (
+        r"does not appear to have a file named preprocessor_config\.json",
+        r"Failed to load the processor\. If the processor is a custom processor",
+        r"Unrecognized image processor in",
+    )
+
+    def check(self, ctx: Context) -> Outcome:
+        outcome = Outcome()
+        if not ctx.model.state(PROCESSOR_CONFIG).exists:
+            return outcome
+        nested = ctx.model.json_object(PROCESSOR_CONFIG)  # unreadable: an INPUT finding says why
+        if not nested or not any(key in nested for key in LEGACY_FILES):
+            return outcome  # transformers 4.x form (processor kwargs only), or nothing usable
+        problems: List[str] = []
+        files = legacy_files(nested, [n for n in LEGACY_FILES.values() if ctx.model.state(n).exists], problems)
+        for why in problems:
+            outcome.findings.append(self.finding("warning", f"{why}; not written as a legacy file"))
+        tokenizer_why = self._tokenizer_unreadable(ctx)
+        nested_read = getattr(ctx.profile, "reads_nested_processor_config", None)
+        if tokenizer_why is None and (nested_read or not files):
+            return outcome  # the engine reads the processor where it is, as it is
+        if tokenizer_why is None and nested_read is None:
+            outcome.findings.append(
+                self.finding(
+                    "unverified",
+                    f"the processor is saved in transformers 5 form (nested {PROCESSOR_CONFIG}, no "
+                    f"{', '.join(sorted(files))}); this profile does not say whether transformers "
+                    f"{ctx.profile.transformers_version} reads that form (4.56 and earlier do not)",
+                )
+            )
+            return outcome
+        reasons = []
+        if files:
+            reasons.append(f"writing {', '.join(sorted(files))} from the nested {PROCESSOR_CONFIG}")
+        if tokenizer_why:
+            reasons.append(f"the processor loads its tokenizer from the model path, where {tokenizer_why}")
+        repair = Repair(
+            self.code, self.title, f"vLLM {ctx.profile.vllm_version} loads the processor from the model path: " + "; ".join(reasons)
+        )
+        repair.view_files = files
+        repair.processor_check = {
+            "processor_class": nested.get("processor_class") if isinstance(nested.get("processor_class"), str) else None,
+            "components": {key: nested[key] for key in LEGACY_FILES if isinstance(nested.get(key), dict)},
+        }
+        outcome.repairs.append(repair)
+        return outcome
+
+    @staticmethod
+    def _tokenizer_unreadable(ctx: Context) -> Optional[str]:
+        """Why the engine's transformers cannot read the model path's tokenizer_config.json (the
+        transformers-5 forms R3 and R3b repair in the tokenizer overlay), or None."""
+        config = ctx.model.json_object("tokenizer_config.json")
+        cls = config.get("tokenizer_class")
+        if isinstance(cls, str) and cls and not ctx.profile.knows_tokenizer_class(cls):
+            return f"tokenizer_class {cls} is unknown to transformers {ctx.profile.transformers_version}"
+        if isinstance(config.get("extra_special_tokens"), list) and ctx.profile.reads_extra_special_tokens_list is False:
+            return f"extra_special_tokens is a list, which transformers {ctx.profile.transformers_version} cannot read"
+        return None
+
+
+RULE = ProcessorFiles()

@@ -1,0 +1,236 @@
+"""R6: a processor saved in transformers 5 form (one nested processor_config.json, a
+transformers-5 tokenizer beside it) reaches the engine through a model view, since vLLM loads the
+processor, and the processor its tokenizer, from the model path. Bad processor files are findings,
+never a crash. Verification loads the processor with the nv-a100 engine's transformers 4.57
+(.venv-engine: the dev venv has no PIL, which the image processor needs)."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from common.rules.r6_processor_files import LEGACY_FILES, legacy_class, legacy_files
+from common.triage import triage_file
+
+from .helpers import ROOT, model_dir, preflight_json, tree_digest
+
+ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
+
+IMAGE_PROCESSOR = {
+    "crop_size": {"height": 32, "width": 32},
+    "do_center_crop": True,
+    "do_convert_rgb": True,
+    "do_normalize": True,
+    "do_rescale": True,
+    "do_resize": True,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_processor_type": "CLIPImageProcessor",
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "resample": 3,
+    "rescale_factor": 0.00392156862745098,
+    "size": {"shortest_edge": 32},
+}
+# What transformers 5.24 writes for build_vlm.py's LLaVA (the metadata files; no weights).
+PROCESSOR_V5 = {
+    "image_processor": IMAGE_PROCESSOR,
+    "image_token": "<image>",
+    "num_additional_image_tokens": 1,
+    "patch_size": 8,
+    "processor_class": "LlavaProcessor",
+    "vision_feature_select_strategy": "default",
+}
+TOKENIZER_CONFIG_V5 = {
+    "backend": "tokenizers",
+    "bos_token": "<s>",
+    "eos_token": "</s>",
+    "extra_special_tokens": ["<image>"],
+    "processor_class": "LlavaProcessor",
+    "tokenizer_class": "TokenizersBackend",
+}
+CONFIG = {
+    "architectures": ["LlavaForConditionalGeneration"],
+    "model_type": "llava",
+    "image_token_index": 5,
+    "text_config": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 256, "num_attention_heads": 4},
+    "vision_config": {"model_type": "clip_vision_model", "hidden_size": 64, "num_attention_heads": 2, "image_size": 32, "patch_size": 8},
+}
+
+
+def tokenizer_json():
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<image>": 3, "a": 4, "b": 5, "ab": 6}
+    added = [{"id": i, "content": t, "special": True, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False}
+             for t, i in list(vocab.items())[:4]]  # fmt: skip
+    return {
+        "version": "1.0",
+        "added_tokens": added,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "model": {"type": "BPE", "vocab": vocab, "merges": ["a b"], "unk_token": "<unk>"},
+    }
+
+
+def llava(tmp_path, **replace):
+    files = {
+        "config.json": CONFIG,
+        "processor_config.json": PROCESSOR_V5,
+        "tokenizer_config.json": TOKENIZER_CONFIG_V5,
+        "tokenizer.json": tokenizer_json(),
+        "model.safetensors": b"\0" * 64,
+    }
+    files.update(replace)
+    return model_dir(tmp_path / "llava", {k: v for k, v in files.items() if v is not None})
+
+
+@pytest.fixture
+def env(env_for_tests):
+    env_for_tests["COMPAT_SKIP"] = "R2,R5,H1,H2,R7,R8"
+    return env_for_tests
+
+
+def repairs(plan, code):
+    return [r for r in plan["repairs"] if r["code"] == code]
+
+
+def findings(plan, code):
+    return [f for f in plan["findings"] if f["code"] == code]
+
+
+def crashed(plan):
+    """A rule that raised is reported as "rule failed" and skipped: never the case here."""
+    return [f for f in plan["findings"] if "rule failed" in f["message"]]
+
+
+def test_legacy_files_from_the_nested_keys():
+    problems = []
+    files = legacy_files(dict(PROCESSOR_V5, video_processor={"video_processor_type": "X"}), [], problems)
+    assert files == {"preprocessor_config.json": IMAGE_PROCESSOR, "video_preprocessor_config.json": {"video_processor_type": "X"}}
+    assert problems == []
+    assert legacy_files(PROCESSOR_V5, ["preprocessor_config.json"], problems) == {}  # the model has it: left alone
+    assert set(LEGACY_FILES) == {"image_processor", "feature_extractor", "video_processor"}
+
+
+@pytest.mark.parametrize(
+    "name, legacy",
+    [("CLIPImageProcessorPil", "CLIPImageProcessor"), ("CLIPImageProcessor", "CLIPImageProcessor"), ("Pil", "Pil")],
+)
+def test_backend_class_names_map_to_the_old_name(name, legacy):
+    assert legacy_class(name) == legacy
+    files = legacy_files({"image_processor": dict(IMAGE_PROCESSOR, image_processor_type=name)}, [], [])
+    assert files["preprocessor_config.json"]["image_processor_type"] == legacy
+
+
+def test_view_holds_legacy_processor_and_repaired_tokenizer_files(tmp_path, env):
+    model = llava(tmp_path)
+    before = tree_digest(model)
+    plan = preflight_json(model, env=dict(env, COMPAT_ENGINE_PYTHON="/nonexistent/python"))
+    [r6] = repairs(plan, "R6")
+    assert "loads the processor from the model path" in r6["detail"] and "TokenizersBackend" in r6["detail"]
+    assert r6["view_files"] == ["preprocessor_config.json"]
+    # No engine Python: nothing verified, nothing served in place of the model.
+    assert r6["verified"] is None and plan["view"] is None and plan["model_path"] == str(model)
+    view = Path(plan["work_dir"]) / "model"
+    assert json.loads((view / "preprocessor_config.json").read_text()) == IMAGE_PROCESSOR
+    tokenizer_config = json.loads((view / "tokenizer_config.json").read_text())
+    assert tokenizer_config["tokenizer_class"] == "PreTrainedTokenizerFast" and "extra_special_tokens" not in tokenizer_config
+    assert os.path.islink(view / "model.safetensors") and os.path.islink(view / "processor_config.json")
+    assert tree_digest(model) == before  # red line 1
+
+
+@pytest.mark.skipif(not ENGINE_PYTHON.exists(), reason="no .venv-engine: run `make engine-env`")
+def test_the_engines_transformers_loads_the_processor_from_the_view(tmp_path, env):
+    model = llava(tmp_path)
+    plan = preflight_json(model, env=dict(env, COMPAT_ENGINE_PYTHON=str(ENGINE_PYTHON)))
+    [r6] = repairs(plan, "R6")
+    assert r6["verified"] is True, r6
+    assert "LlavaProcessor (image_processor CLIPImageProcessor)" in r6["verification"]
+    assert plan["model_path"] == plan["view"]["path"] and plan["view"]["codes"] == ["R6"]
+    assert plan["args"][plan["args"].index("--served-model-name") + 1] == str(model)
+    assert set(plan["view"]["rewritten"]) == {"preprocessor_config.json", "tokenizer_config.json"}
+
+
+@pytest.mark.skipif(not ENGINE_PYTHON.exists(), reason="no .venv-engine: run `make engine-env`")
+def test_a_processor_the_engine_cannot_load_drops_the_view(tmp_path, env):
+    """The check compares what loads with the nested file: a class the engine lacks fails it."""
+    model = llava(tmp_path, **{"processor_config.json": dict(PROCESSOR_V5, processor_class="AcmeVisionProcessor")})
+    plan = preflight_json(model, env=dict(env, COMPAT_ENGINE_PYTHON=str(ENGINE_PYTHON)))
+    [r6] = repairs(plan, "R6")
+    assert r6["verified"] is False and plan["view"] is None and plan["model_path"] == str(model)
+    assert any("R6 dropped" in f["message"] and f["severity"] == "error" for f in findings(plan, "R6"))
+
+
+def test_a_readable_tokenizer_and_no_fact_is_unverified_not_a_repair(tmp_path, env):
+    """transformers 4.57 reads the nested file itself; 4.56 and earlier do not. The profile does
+    not record which: said, not guessed."""
+    tokenizer_config = {k: v for k, v in TOKENIZER_CONFIG_V5.items() if k not in ("extra_special_tokens", "tokenizer_class")}
+    model = llava(tmp_path, **{"tokenizer_config.json": dict(tokenizer_config, tokenizer_class="PreTrainedTokenizerFast")})
+    plan = preflight_json(model, env=env)
+    assert repairs(plan, "R6") == [] and plan["args"] == []
+    [finding] = findings(plan, "R6")
+    assert finding["severity"] == "unverified" and "4.56 and earlier do not" in finding["message"]
+
+
+def test_processor_files_in_4x_form_get_nothing(tmp_path, env):
+    legacy = {k: v for k, v in PROCESSOR_V5.items() if k != "image_processor"}
+    tokenizer_config = dict(TOKENIZER_CONFIG_V5, tokenizer_class="PreTrainedTokenizerFast", extra_special_tokens=None)
+    model = llava(tmp_path, **{"processor_config.json": legacy, "preprocessor_config.json": IMAGE_PROCESSOR})
+    model_dir(model, {"tokenizer_config.json": {k: v for k, v in tokenizer_config.items() if v is not None}})
+    plan = preflight_json(model, env=env)
+    assert repairs(plan, "R6") == [] and findings(plan, "R6") == [] and plan["args"] == []
+
+
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ("{not json", "is not valid JSON"),
+        ([1, 2], "holds a JSON list, not an object"),
+        ('"text"', "holds a JSON str, not an object"),
+        ({"processor_class": "LlavaProcessor"}, None),  # no nested keys: 4.x form
+    ],
+)
+def test_malformed_processor_config_is_an_input_finding(tmp_path, env, content, says):
+    model = llava(tmp_path, **{"processor_config.json": content})
+    plan = preflight_json(model, env=env)
+    assert repairs(plan, "R6") == [] and not crashed(plan)
+    messages = " ".join(f["message"] for f in plan["findings"] if f["code"] == "INPUT")
+    assert (says in messages) if says else "processor_config.json" not in messages
+
+
+def test_a_nested_value_that_is_not_an_object_is_a_warning(tmp_path, env):
+    model = llava(tmp_path, **{"processor_config.json": dict(PROCESSOR_V5, image_processor=["x"])})
+    plan = preflight_json(model, env=dict(env, COMPAT_ENGINE_PYTHON="/nonexistent/python"))
+    assert "image_processor is a JSON list, not an object" in findings(plan, "R6")[0]["message"]
+    [r6] = repairs(plan, "R6")  # the tokenizer still needs the view, with no legacy file in it
+    assert "view_files" not in r6 and not crashed(plan)
+
+
+def test_a_symlink_out_of_the_model_is_not_followed(tmp_path, env):
+    outside = model_dir(tmp_path / "outside", {"processor_config.json": PROCESSOR_V5})
+    model = llava(tmp_path, **{"processor_config.json": None})
+    os.symlink(outside / "processor_config.json", model / "processor_config.json")
+    plan = preflight_json(model, env=env)
+    assert repairs(plan, "R6") == [] and not crashed(plan)
+    assert any("leaves the model directory" in f["message"] for f in plan["findings"] if f["code"] == "INPUT")
+
+
+def test_a_huge_processor_config_is_not_read(tmp_path, env):
+    model = llava(tmp_path, **{"processor_config.json": None})
+    with open(model / "processor_config.json", "wb") as fh:
+        fh.truncate(200 * 1024 * 1024)  # sparse: no disk used
+    plan = preflight_json(model, env=env)
+    assert repairs(plan, "R6") == [] and not crashed(plan)
+    assert any("cap for metadata" in f["message"] for f in plan["findings"] if f["code"] == "INPUT")
+
+
+def test_triage_names_r6_for_the_processor_failure_of_vllm_0_11(tmp_path):
+    """What vLLM 0.11.0 logs when its processor meets the model path's transformers-5 tokenizer
+    (seen in tests/test_e2e_vlm_vllm.py): R3b's line is there too, and R6 is the fix."""
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "ERROR [core.py:708] ValueError: Tokenizer class TokenizersBackend does not exist or is not currently imported.\n"
+        "ERROR [core.py:708] RuntimeError: Failed to load the processor. If the processor is a custom processor not yet "
+        "available in the HuggingFace transformers library, consider setting `trust_remote_code=True` in LLM or using "
+        "the `--trust-remote-code` flag in the CLI.\n"
+    )
+    assert triage_file(str(log)).code == "R6"
+    log.write_text("OSError: /model does not appear to have a file named preprocessor_config.json. Checkout 'https://...'\n")
+    assert triage_file(str(log)).code == "R6"
