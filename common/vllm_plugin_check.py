@@ -1,6 +1,6 @@
 """Check at image build that the image's Python finds R8's vLLM plugin only when asked.
 
-usage: python3 -m compat_build.image_steps.check_plugin PLUGIN_DIR
+usage: python3 -m common.vllm_plugin_check [PLUGIN_DIR]   (default: common/vllm_plugin)
 
 vLLM discovers general plugins through importlib.metadata entry points. The plugin is not
 installed: its directory holds a `*.dist-info` that the R8 repair puts first on PYTHONPATH. With
@@ -8,6 +8,8 @@ the directory on PYTHONPATH the image's own Python must see the entry point and 
 module imports without torch); without it the entry point must not exist, so that no model the
 preflight did not ask for runs through the plugin. Exits 1 with one line when either fails.
 """
+
+from __future__ import annotations
 
 import os
 import subprocess
@@ -32,17 +34,19 @@ def probe(pythonpath: str) -> str:
 
 
 def main(argv: list) -> int:
-    if len(argv) != 1:
+    if len(argv) > 1:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
+    argv = argv or [os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_plugin")]
     asked, unasked = probe(argv[0]), probe("")
     if asked != "1 True":
         print(
-            f"check_plugin: with {argv[0]} on PYTHONPATH, {sys.executable} does not load the {NAME} entry point ({asked})", file=sys.stderr
+            f"vllm_plugin_check: with {argv[0]} on PYTHONPATH, {sys.executable} does not load the {NAME} entry point ({asked})",
+            file=sys.stderr,
         )
         return 1
     if unasked != "0 False":
-        print(f"check_plugin: {sys.executable} finds the {NAME} entry point without being asked ({unasked})", file=sys.stderr)
+        print(f"vllm_plugin_check: {sys.executable} finds the {NAME} entry point without being asked ({unasked})", file=sys.stderr)
         return 1
     print(f"R8 plugin: {NAME} found with {argv[0]} on PYTHONPATH only")
     return 0
