@@ -7,6 +7,11 @@ preflight_size_ratio_100gib_vs_empty   preflight of a model with 100 GiB of spar
                                        (goal <= 1.1)
 preflight_read_bytes_delta_100gib      bytes the preflight read with the shards present minus without
                                        (goal 0: weights are never opened)
+preflight_moe_metadata_bytes           for an MoE checkpoint stored fused (R8) in 50 sparse 2 GiB shards:
+                                       its index plus the one safetensors header R8 reads (8-byte
+                                       length + JSON): metadata
+preflight_moe_read_beyond_metadata     bytes that preflight read with the shards present minus without,
+                                       minus that metadata (goal 0: no weight byte is read)
 launch_clean_vs_python_startup         `common launch` on a clean model until it execs vLLM (here `true`)
                                        / `python -c pass`: what a container start pays
 
@@ -35,7 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
@@ -79,6 +84,33 @@ def clean_model(path: Path, shards: int = 0) -> Path:
     if shards:
         (path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": index}))
     return path
+
+
+def fused_moe_model(path: Path, shards: int = 0) -> Tuple[Path, int]:
+    """A Mixtral whose experts are stored fused (R8 reads its index and one header): `shards`
+    sparse shards, each a real safetensors header followed by 2 GiB never written. Returns the
+    model and the metadata R8 may read: the index and 8 + the first shard's header."""
+    path.mkdir(parents=True)
+    config = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096, "num_attention_heads": 32}
+    config.update(num_local_experts=8, num_experts_per_tok=2, intermediate_size=14336, torch_dtype="bfloat16")
+    (path / "config.json").write_text(json.dumps(config))
+    index, metadata = {}, 0
+    for i in range(shards):
+        name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        tensor = f"model.layers.{i}.mlp.experts.{'gate_up_proj' if i % 2 == 0 else 'down_proj'}"
+        shape = [8, 2 * 14336, 4096] if i % 2 == 0 else [8, 4096, 14336]
+        header = json.dumps({tensor: {"dtype": "BF16", "shape": shape, "data_offsets": [0, SHARD_BYTES // 2]}}).encode()
+        with open(path / name, "wb") as fh:
+            fh.write(len(header).to_bytes(8, "little") + header)
+            fh.truncate(SHARD_BYTES)
+        index[tensor] = name
+        if i == 0:
+            metadata += 8 + len(header)
+    if shards:
+        text = json.dumps({"weight_map": index})
+        (path / "model.safetensors.index.json").write_text(text)
+        metadata += len(text)
+    return path, metadata
 
 
 def timed(cmd: List[str], env: Dict[str, str], cwd: Path = ROOT) -> float:
@@ -220,6 +252,9 @@ def main() -> int:
             }
         )
         delta = read_bytes(big, env, tree) - read_bytes(small, env, tree)
+        moe_small, _ = fused_moe_model(Path(tmp) / "moe")
+        moe_big, moe_metadata = fused_moe_model(Path(tmp) / "moe-100gib", SHARDS)
+        moe_delta = read_bytes(moe_big, env, tree) - read_bytes(moe_small, env, tree)
         repaired = repaired_figures(Path(tmp), tree)
     print(f"python_startup_ms: {m['python'] * 1000:.1f}")
     print(f"preflight_clean_ms: {m['preflight'] * 1000:.1f}")
@@ -227,6 +262,8 @@ def main() -> int:
     print(f"preflight_vs_import_transformers: {m['preflight'] / m['import_transformers']:.2f}")
     print(f"preflight_size_ratio_100gib_vs_empty: {m['preflight_100gib'] / m['preflight']:.2f}")
     print(f"preflight_read_bytes_delta_100gib: {delta}")
+    print(f"preflight_moe_metadata_bytes: {moe_metadata}")
+    print(f"preflight_moe_read_beyond_metadata: {moe_delta - moe_metadata}")
     print(f"launch_clean_vs_python_startup: {m['launch'] / m['python']:.2f}")
     if repaired is None:
         print("preflight_repaired_*: skipped (needs .venv-engine and .venv-author: make envs)")
