@@ -201,7 +201,8 @@ def apply_verdict(
         repair.verified, repair.verification = ok, reason
     if not ok:
         state = "failed" if ok is False else "unavailable"
-        message = f"{codes} dropped: the rewritten config.json: verification {state}: {reason}"
+        what = "the model view" if carried.files else "the rewritten config.json"
+        message = f"{codes} dropped: {what}: verification {state}: {reason}"
         plan.add_finding(carried.repairs[0].code, "error" if ok is False else "warning", message)
         say(message)
         return

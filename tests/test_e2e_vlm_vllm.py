@@ -88,7 +88,7 @@ def test_launcher_repairs_both_greedy_tokens_match_and_image_chat_answers(llava,
     [r5] = [r for r in plan["repairs"] if r["code"] == "R5"]
     assert r5["config_edits"]["text_config"]["rope_theta"] == 1e6
     view = Path(plan["view"]["path"])
-    assert set(plan["view"]["rewritten"]) == {"config.json", "preprocessor_config.json", "tokenizer_config.json"}
+    assert set(plan["view"]["rewritten"]) == {"config.json", "preprocessor_config.json", "processor_config.json", "tokenizer_config.json"}
     assert f"model='{view}'" in srv.log() or f"'model': '{view}'" in srv.log()  # vLLM really serves the view
     got = srv.greedy_tokens(str(model), author["reference_prompt"], len(author["reference_tokens"]))
     assert got == author["reference_tokens"]

@@ -97,7 +97,7 @@ class ProcessorFiles(Rule):
         for why in problems:
             outcome.findings.append(self.finding("warning", f"{why}; not written as a legacy file"))
         tokenizer_why = self._tokenizer_unreadable(ctx)
-        nested_read = getattr(ctx.profile, "reads_nested_processor_config", None)
+        nested_read = self._reads_nested(ctx)
         if tokenizer_why is None and (nested_read or not files):
             return outcome  # the engine reads the processor where it is, as it is
         if tokenizer_why is None and nested_read is None:
@@ -112,12 +112,19 @@ class ProcessorFiles(Rule):
             return outcome
         reasons = []
         if files:
-            reasons.append(f"writing {', '.join(sorted(files))} from the nested {PROCESSOR_CONFIG}")
+            reasons.append(
+                f"writing {', '.join(sorted(files))} from the nested {PROCESSOR_CONFIG} (left with the processor's own arguments)"
+            )
         if tokenizer_why:
             reasons.append(f"the processor loads its tokenizer from the model path, where {tokenizer_why}")
         repair = Repair(
             self.code, self.title, f"vLLM {ctx.profile.vllm_version} loads the processor from the model path: " + "; ".join(reasons)
         )
+        if files:
+            # 4.x's processor_config.json holds the processor's own arguments only: 4.55 passes a
+            # nested image_processor dict on as an argument and fails ("Received a dict for argument
+            # image_processor"). The nested keys live in the legacy files now.
+            files[PROCESSOR_CONFIG] = {k: v for k, v in nested.items() if k not in LEGACY_FILES}
         repair.view_files = files
         repair.processor_check = {
             "processor_class": nested.get("processor_class") if isinstance(nested.get("processor_class"), str) else None,
@@ -125,6 +132,19 @@ class ProcessorFiles(Rule):
         }
         outcome.repairs.append(repair)
         return outcome
+
+    @staticmethod
+    def _reads_nested(ctx: Context) -> Optional[bool]:
+        """Whether the engine's transformers reads the nested processor_config.json. No profile
+        records it yet (a fact `reads_nested_processor_config` would be read first); an engine
+        whose transformers reads transformers 5's config and tokenizer forms is a transformers 5,
+        which writes the nested form itself. Else None: unknown (4.57 reads it, 4.55 does not)."""
+        fact = getattr(ctx.profile, "reads_nested_processor_config", None)
+        if fact is not None:
+            return bool(fact)
+        if ctx.profile.reads_rope_parameters and ctx.profile.reads_extra_special_tokens_list:
+            return True
+        return None
 
     @staticmethod
     def _tokenizer_unreadable(ctx: Context) -> Optional[str]:

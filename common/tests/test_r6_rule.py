@@ -16,6 +16,7 @@ from common.triage import triage_file
 from .helpers import ROOT, model_dir, preflight_json, tree_digest
 
 ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
+ENGINE055_PYTHON = ROOT / ".venv-engine055" / "bin" / "python"  # iluvatar-bi100's transformers 4.55
 
 IMAGE_PROCESSOR = {
     "crop_size": {"height": 32, "width": 32},
@@ -125,14 +126,16 @@ def test_view_holds_legacy_processor_and_repaired_tokenizer_files(tmp_path, env)
     plan = preflight_json(model, env=dict(env, COMPAT_ENGINE_PYTHON="/nonexistent/python"))
     [r6] = repairs(plan, "R6")
     assert "loads the processor from the model path" in r6["detail"] and "TokenizersBackend" in r6["detail"]
-    assert r6["view_files"] == ["preprocessor_config.json"]
+    assert r6["view_files"] == ["preprocessor_config.json", "processor_config.json"]
     # No engine Python: nothing verified, nothing served in place of the model.
     assert r6["verified"] is None and plan["view"] is None and plan["model_path"] == str(model)
     view = Path(plan["work_dir"]) / "model"
     assert json.loads((view / "preprocessor_config.json").read_text()) == IMAGE_PROCESSOR
     tokenizer_config = json.loads((view / "tokenizer_config.json").read_text())
     assert tokenizer_config["tokenizer_class"] == "PreTrainedTokenizerFast" and "extra_special_tokens" not in tokenizer_config
-    assert os.path.islink(view / "model.safetensors") and os.path.islink(view / "processor_config.json")
+    # 4.x form: the processor's own arguments only (4.55 fails on a nested image_processor dict).
+    assert json.loads((view / "processor_config.json").read_text()) == {k: v for k, v in PROCESSOR_V5.items() if k != "image_processor"}
+    assert os.path.islink(view / "model.safetensors") and os.path.islink(view / "tokenizer.json")
     assert tree_digest(model) == before  # red line 1
 
 
@@ -145,7 +148,25 @@ def test_the_engines_transformers_loads_the_processor_from_the_view(tmp_path, en
     assert "LlavaProcessor (image_processor CLIPImageProcessor)" in r6["verification"]
     assert plan["model_path"] == plan["view"]["path"] and plan["view"]["codes"] == ["R6"]
     assert plan["args"][plan["args"].index("--served-model-name") + 1] == str(model)
-    assert set(plan["view"]["rewritten"]) == {"preprocessor_config.json", "tokenizer_config.json"}
+    assert set(plan["view"]["rewritten"]) == {"preprocessor_config.json", "processor_config.json", "tokenizer_config.json"}
+
+
+@pytest.mark.skipif(not ENGINE055_PYTHON.exists(), reason="no .venv-engine055: run `make engine055-env`")
+def test_bi100s_transformers_4_55_fails_on_the_model_and_loads_the_view(tmp_path, env):
+    """transformers 4.55 has no fallback to the nested file: the model itself fails there
+    (asked of the engine's own transformers), the view loads."""
+    from common.verify import run_checks
+
+    model = llava(tmp_path)
+    plan = preflight_json(model, "iluvatar-bi100", env=dict(env, COMPAT_ENGINE_PYTHON=str(ENGINE055_PYTHON)))
+    [r6] = repairs(plan, "R6")
+    assert r6["verified"] is True, r6
+    tokenizer_ok = model_dir(tmp_path / "tokenizer-ok", {})
+    for name in ("config.json", "tokenizer.json", "processor_config.json"):
+        os.symlink(model / name, tokenizer_ok / name)
+    model_dir(tokenizer_ok, {"tokenizer_config.json": {"tokenizer_class": "PreTrainedTokenizerFast"}})
+    [verdict] = run_checks([{"kind": "processor", "path": str(tokenizer_ok)}], dict(env, COMPAT_ENGINE_PYTHON=str(ENGINE055_PYTHON)))
+    assert verdict.ok is False and "does not appear to have a file named preprocessor_config.json" in verdict.reason
 
 
 @pytest.mark.skipif(not ENGINE_PYTHON.exists(), reason="no .venv-engine: run `make engine-env`")
@@ -234,3 +255,9 @@ def test_triage_names_r6_for_the_processor_failure_of_vllm_0_11(tmp_path):
     assert triage_file(str(log)).code == "R6"
     log.write_text("OSError: /model does not appear to have a file named preprocessor_config.json. Checkout 'https://...'\n")
     assert triage_file(str(log)).code == "R6"
+
+
+def test_a_transformers5_engine_reads_the_processor_where_it_is(tmp_path, env):
+    """nv-a100@next (transformers 5.19) reads every transformers-5 form: nothing to repair or say."""
+    plan = preflight_json(llava(tmp_path), "nv-a100@next", env=dict(env, COMPAT_ENGINE_PYTHON="/nonexistent/python"))
+    assert repairs(plan, "R6") == [] and findings(plan, "R6") == []
