@@ -7,8 +7,9 @@ saved by transformers 5 is one nested `processor_config.json` ({"image_processor
 On vLLM 0.11 (transformers 4.57) the start dies in the processor even when `--tokenizer` carries
 a repaired tokenizer (`Failed to load the processor`, caused by `Tokenizer class TokenizersBackend
 does not exist`); transformers 4.56 and earlier (BI-100's 4.55) also lack the fallback to the
-nested file (`does not appear to have a file named preprocessor_config.json`, on the first image
-request on vLLM 0.5.5). The repair is a model view: the legacy files written from the nested keys
+nested file (`does not appear to have a file named preprocessor_config.json`: seen with 4.55's
+own AutoProcessor; vLLM 0.5.5 loads the image processor when it maps an image, not run here).
+The repair is a model view: the legacy files written from the nested keys
 (an image processor class named after a transformers-5 backend mapped to the name the old
 transformers has) and the tokenizer overlay's rewritten files, so the processor loads where the
 engine looks; it is verified by the engine's transformers loading the processor from the view.
