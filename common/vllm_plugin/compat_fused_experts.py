@@ -20,7 +20,6 @@ tensors through their own methods, so importing this module never imports torch.
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
@@ -66,7 +65,13 @@ LOADER_MODULES = ("vllm.model_executor.model_loader.default_loader", "vllm.model
 LOADER_CLASS = "DefaultModelLoader"
 HOOK = "_get_weights_iterator"
 
-logger = logging.getLogger("vllm.compat_fused_experts")  # under "vllm": the engine's own log format
+
+def _log():
+    """The plugin's logger, under "vllm" (the engine's own log format). Imported here, not at the
+    top: the preflight imports this module for its tables on every container start."""
+    import logging
+
+    return logging.getLogger("vllm.compat_fused_experts")
 
 
 def rename(name: str, layout: str) -> str:
@@ -125,7 +130,7 @@ def split_weights(weights: Iterable[Tuple[str, Any]], layout: str) -> Iterator[T
         if fused_part(rename(name, layout))[1]:
             fused += 1
         yield from split(name, tensor, layout)
-    logger.info("%s: split %d fused expert tensors into per-expert weights (layout %s)", PLUGIN_NAME, fused, layout)
+    _log().info("%s: split %d fused expert tensors into per-expert weights (layout %s)", PLUGIN_NAME, fused, layout)
 
 
 def _find_loader() -> Optional[Any]:
@@ -157,17 +162,17 @@ def register() -> None:
     if not layout:
         return  # discovered, not asked for: the engine stays untouched
     if layout not in LAYOUTS:
-        logger.warning("%s: %s=%r names no known layout (%s); weights are loaded as stored", PLUGIN_NAME, ENV, layout, ", ".join(LAYOUTS))
+        _log().warning("%s: %s=%r names no known layout (%s); weights are loaded as stored", PLUGIN_NAME, ENV, layout, ", ".join(LAYOUTS))
         return
     try:
         cls = _find_loader()
         if cls is None:
-            logger.warning("%s: no %s.%s in %s; weights are loaded as stored", PLUGIN_NAME, LOADER_CLASS, HOOK, " or ".join(LOADER_MODULES))
+            _log().warning("%s: no %s.%s in %s; weights are loaded as stored", PLUGIN_NAME, LOADER_CLASS, HOOK, " or ".join(LOADER_MODULES))
             return
         current = getattr(cls, HOOK)
         if getattr(current, "compat_fused_experts", None) == layout:
             return  # this process already wrapped it
         setattr(cls, HOOK, _wrap(current, layout))
-        logger.info("%s: fused MoE experts (layout %s) are split per expert in %s.%s", PLUGIN_NAME, layout, cls.__module__, LOADER_CLASS)
+        _log().info("%s: fused MoE experts (layout %s) are split per expert in %s.%s", PLUGIN_NAME, layout, cls.__module__, LOADER_CLASS)
     except Exception:  # a bug here must not stop the engine from starting
-        logger.exception("%s: could not wrap the weight iterator; weights are loaded as stored", PLUGIN_NAME)
+        _log().exception("%s: could not wrap the weight iterator; weights are loaded as stored", PLUGIN_NAME)
