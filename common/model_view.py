@@ -14,8 +14,10 @@ sees the repaired values, a nested `text_config`'s included) before it is used; 
 the repairs with a finding.
 Files only a view can carry (R6: the legacy processor files, since vLLM loads the processor from
 the model path and no flag points elsewhere) make the route a view whatever the config edits
-are; the view then also holds the tokenizer overlay's rewritten files (the processor loads its
-tokenizer from the same path) and is verified by loading the processor from it.
+are. So does a tokenizer overlay of a model that has a processor, whichever rule repaired the
+tokenizer and whatever form the processor files are in: the processor loads its tokenizer from
+the model path, past `--tokenizer`. Such a view holds the tokenizer overlay's rewritten files,
+carries those repairs too, and is verified by loading the processor from it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import os
 from .headsize import NESTED_TEXT_CONFIGS
 from .log import say
 from .overlay import build_overlay, patch_json
+from .processor_files import processor_check
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -77,7 +80,7 @@ class Carried:
     """What carrying the edits produced: the directory to verify (None: nothing to verify, e.g.
     --hf-overrides) and the repairs it carries."""
 
-    __slots__ = ("route", "config_dir", "repairs", "edits", "changed", "files", "written")
+    __slots__ = ("route", "config_dir", "repairs", "edits", "changed", "files", "written", "processor")
 
     def __init__(
         self,
@@ -92,6 +95,9 @@ class Carried:
         self.changed = changed_names(edits, original or {})
         self.files = dict(files or {})
         self.written: List[str] = []  # the names of the view that are new files, not links
+        # The processor check of the view (checks/engine_checks.py), when it holds processor or
+        # tokenizer files the processor reads.
+        self.processor: Optional[Dict[str, Any]] = None
 
     def requests(self, trust_remote_code: bool) -> List[Dict[str, Any]]:
         """The engine-side checks, in the order apply_verdict takes their answers: AutoConfig reads
@@ -99,9 +105,8 @@ class Carried:
         out: List[Dict[str, Any]] = []
         if self.edits:
             out.append({"kind": "config", "path": self.config_dir, "trust_remote_code": trust_remote_code, "attributes": self.changed})
-        for repair in self.repairs:
-            if repair.processor_check is not None:
-                out.append(dict(repair.processor_check, kind="processor", path=self.config_dir, trust_remote_code=trust_remote_code))
+        if self.processor is not None:
+            out.append(dict(self.processor, kind="processor", path=self.config_dir, trust_remote_code=trust_remote_code))
         return out
 
     def request(self, trust_remote_code: bool) -> Dict[str, Any]:
@@ -123,19 +128,31 @@ def changed_names(edits: Dict[str, Any], original: Dict[str, Any]) -> List[str]:
 
 
 def carry(
-    plan: Plan, model: ModelDir, profile: Profile, user: UserArgs, tokenizer_edits: Optional[Dict[str, List[Dict[str, Any]]]] = None
+    plan: Plan,
+    model: ModelDir,
+    profile: Profile,
+    user: UserArgs,
+    tokenizer_edits: Optional[Dict[str, List[Dict[str, Any]]]] = None,
+    tokenizer_repairs: Optional[List[Repair]] = None,
 ) -> Optional[Carried]:
     """Route the config edits and view files of the plan's repairs; write what the route needs
-    into the work dir. `tokenizer_edits`: the tokenizer overlay's, laid into a view too. Returns
-    None when no repair edits config.json or needs a view."""
-    repairs = [r for r in plan.repairs if (r.config_edits or r.view_files) and r.verified is not False]
+    into the work dir. `tokenizer_edits`: the tokenizer overlay's, made by `tokenizer_repairs`;
+    a model with a processor gets them in a view too. Returns None when no repair edits
+    config.json or needs a view."""
+    processor = processor_check(model) if tokenizer_edits else None
+    # The processor loads its tokenizer from the model path: the overlay's repairs ride the view.
+    riders = [r for r in tokenizer_repairs or [] if r.verified is not False] if processor is not None else []
+    own = [r for r in plan.repairs if (r.config_edits or r.view_files) and r.verified is not False]
+    repairs = [r for r in plan.repairs if r in own or r in riders]
     if not repairs:
         return None
-    edits = merge_edits(repairs)
+    edits = merge_edits(own)
     files: Dict[str, Dict[str, Any]] = {}
-    for repair in repairs:
+    for repair in own:
         files.update(repair.view_files)
-    view_only = any(r.view_files or r.processor_check is not None for r in repairs)
+    checks = [r.processor_check for r in own if r.processor_check is not None]
+    processor = checks[0] if checks else processor
+    view_only = bool(files or checks or riders)
     route = choose_route(edits, profile, user, view_only)
     codes = "+".join(r.code for r in repairs)
     original = model.json_object(CONFIG)
@@ -168,6 +185,7 @@ def carry(
         _drop(plan, repairs, f"the model view could not be written ({getattr(exc, 'strerror', None) or exc})")
         return None
     carried = Carried(route, target, repairs, edits, original, files)
+    carried.processor = processor if view_only else None
     carried.written = sorted(set(([CONFIG] if edits else []) + list(files) + (list(tokenizer_edits or {}) if view_only else [])))
     say(f"{codes}: {', '.join(carried.written)} written and carried by {route}: {target}")
     return carried
@@ -196,12 +214,19 @@ def apply_verdict(
             ok, reason = more_ok, more_reason
         elif ok:
             reason = f"{reason}; {more_reason}" if reason else more_reason
+    # The tokenizer overlay's repairs were checked first: a view holding files that did not load
+    # (or could not be checked) is not served either.
+    unsure = [r for r in carried.repairs if r.overlay and r.verified is not True]
+    if ok and unsure:
+        ok, reason = unsure[0].verified, f"its tokenizer files did not verify ({unsure[0].verification})"
     codes = "+".join(r.code for r in carried.repairs)
     for repair in carried.repairs:
-        repair.verified, repair.verification = ok, reason
+        # A rider keeps what its own check said, and adds the view's verdict.
+        before = repair.verification if repair.verified and repair.verification else ""
+        repair.verified, repair.verification = ok, f"{before}; the view: {reason}" if before else reason
     if not ok:
         state = "failed" if ok is False else "unavailable"
-        what = "the model view" if carried.files else "the rewritten config.json"
+        what = "the model view" if carried.processor is not None else "the rewritten config.json"
         message = f"{codes} dropped: {what}: verification {state}: {reason}"
         plan.add_finding(carried.repairs[0].code, "error" if ok is False else "warning", message)
         say(message)
@@ -214,8 +239,9 @@ def apply_verdict(
             "rewritten": carried.written,
             "codes": [r.code for r in carried.repairs],
             "why": (
-                f"this engine loads the processor from the model path and has no flag for another ({', '.join(sorted(carried.files))})"
-                if carried.files
+                "this engine loads the processor, and the processor its tokenizer, from the model path and has no flag "
+                f"for another ({', '.join(n for n in carried.written if n != CONFIG) or 'its files'})"
+                if carried.processor is not None
                 else f"this engine has no flag that carries the repaired config.json values ({', '.join(sorted(carried.edits))})"
             ),
         }

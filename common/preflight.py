@@ -146,8 +146,9 @@ def _materialize(
     """Write what the repairs need beyond arguments (the tokenizer overlay, a rewritten config.json
     or a model view) and verify all of it, engine patches included, in one engine-Python process."""
     tokenizer = _build_tokenizer_overlay(plan, model)
-    # A view that holds processor files holds the overlay's tokenizer files too (R6).
-    carried = carry(plan, model, profile, user, _overlay_edits(tokenizer[1]) if tokenizer else None)
+    # The processor loads its tokenizer from the model path: a model with one gets the overlay's
+    # tokenizer files in a view too (common/model_view.py).
+    carried = carry(plan, model, profile, user, _overlay_edits(tokenizer[1]) if tokenizer else None, tokenizer[1] if tokenizer else None)
     patches = [r for r in plan.repairs if r.engine_patch is not None and r.verified is None]
     for repair in plan.repairs:
         if (

@@ -57,6 +57,9 @@ class Profile:
         self.reads_rope_parameters: Optional[bool] = reads.get("rope_parameters")
         self.reads_dtype_key: Optional[bool] = reads.get("dtype")
         self.reads_extra_special_tokens_list: Optional[bool] = reads.get("extra_special_tokens_list")
+        # Whether a missing preprocessor_config.json falls back to the `image_processor` entry of a
+        # nested processor_config.json (transformers 4.57 and 5.x do; 4.55 does not): R6.
+        self.reads_nested_processor_config: Optional[bool] = reads.get("nested_processor_config")
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> Profile:

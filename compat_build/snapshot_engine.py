@@ -288,8 +288,10 @@ def reads_transformers5_format() -> Dict[str, Optional[bool]]:
     """What the engine's transformers makes of the files transformers 5 writes, asked of its own
     classes: `rope_parameters` (a config class taking it as a parameter; 4.x sets an unknown
     key as an inert attribute), the `dtype` key (read back as torch_dtype from 4.56 on), and a
-    list of `extra_special_tokens` (4.x calls .keys() on it). None: could not be asked."""
+    list of `extra_special_tokens` (4.x calls .keys() on it), a nested processor_config.json
+    (nested_processor_config_read). None: could not be asked."""
     facts: Dict[str, Optional[bool]] = {"rope_parameters": None, "dtype": None, "extra_special_tokens_list": None}
+    facts["nested_processor_config"] = nested_processor_config_read()
     try:
         import inspect
 
@@ -318,6 +320,30 @@ def reads_transformers5_format() -> Dict[str, Optional[bool]]:
     except Exception:
         pass
     return facts
+
+
+def nested_processor_config_read() -> Optional[bool]:
+    """Whether the engine's transformers, asked for an image processor's settings where only a
+    nested processor_config.json (transformers 5's form) exists, reads its `image_processor`
+    entry (4.57 and 5.x) or fails for want of preprocessor_config.json (4.55: OSError). Asked of
+    the class every image processor loads its settings through; no imaging library is needed."""
+    import tempfile
+
+    try:
+        from transformers.image_processing_base import ImageProcessingMixin
+    except Exception:
+        return None
+    marker = {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 7}}
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "processor_config.json"), "w", encoding="utf-8") as fh:
+            json.dump({"image_processor": marker, "processor_class": "LlavaProcessor"}, fh)
+        try:
+            settings, _ = ImageProcessingMixin.get_image_processor_dict(tmp)
+        except OSError:  # "does not appear to have a file named preprocessor_config.json"
+            return False
+        except Exception:
+            return None
+    return isinstance(settings, dict) and settings.get("size") == marker["size"]
 
 
 def _vllm_file(*parts: str) -> str:

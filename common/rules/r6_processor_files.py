@@ -3,40 +3,30 @@
 vLLM (0.11 as 0.5.5) loads a multimodal model's processor from the model path, never from
 `--tokenizer`, and transformers' processor loads its tokenizer from that same path. A processor
 saved by transformers 5 is one nested `processor_config.json` ({"image_processor": {...},
-"processor_class": ...}) with no `preprocessor_config.json`, beside a transformers-5 tokenizer.
-On vLLM 0.11 (transformers 4.57) the start dies in the processor even when `--tokenizer` carries
-a repaired tokenizer (`Failed to load the processor`, caused by `Tokenizer class TokenizersBackend
-does not exist`); transformers 4.56 and earlier (BI-100's 4.55) also lack the fallback to the
-nested file (`does not appear to have a file named preprocessor_config.json`: seen with 4.55's
-own AutoProcessor; vLLM 0.5.5 loads the image processor when it maps an image, not run here).
-The repair is a model view: the legacy files written from the nested keys
+"processor_class": ...}) with no `preprocessor_config.json`. transformers 4.56 and earlier
+(BI-100's 4.55) lack the fallback to the nested file (`does not appear to have a file named
+preprocessor_config.json`: seen with 4.55's own AutoProcessor; vLLM 0.5.5 loads the image
+processor when it maps an image, not run here); 4.57 reads it. Whether the engine's transformers
+does is a fact of its profile (`reads.nested_processor_config`, probed on the engine itself).
+Where it does not, the repair is a model view with the legacy files written from the nested keys
 (an image processor class named after a transformers-5 backend mapped to the name the old
-transformers has) and the tokenizer overlay's rewritten files, so the processor loads where the
-engine looks; it is verified by the engine's transformers loading the processor from the view.
+transformers has), verified by the engine's transformers loading the processor from the view.
+A transformers-5 tokenizer beside any processor (either form) is the routing's, not this rule's:
+the tokenizer overlay's rewritten files are laid into the view too (common/model_view.py), since
+on vLLM 0.11 a repaired `--tokenizer` alone still dies in the processor (`Failed to load the
+processor`, caused by `Tokenizer class TokenizersBackend does not exist`).
 """
 
 from __future__ import annotations
 
 from ..plan import Repair
+from ..processor_files import LEGACY_FILES, PROCESSOR_CONFIG, TYPE_KEYS, processor_check
 from .base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional
 
-PROCESSOR_CONFIG = "processor_config.json"
-# Nested key of transformers 5's processor_config.json -> the legacy file transformers 4.x reads.
-LEGACY_FILES = {
-    "image_processor": "preprocessor_config.json",
-    "feature_extractor": "preprocessor_config.json",
-    "video_processor": "video_preprocessor_config.json",
-}
-# The key of each legacy file that names its class.
-TYPE_KEYS = {
-    "image_processor": "image_processor_type",
-    "feature_extractor": "feature_extractor_type",
-    "video_processor": "video_processor_type",
-}
 # Class-name suffixes of transformers 5's image-processor backends that 4.x lacks, and what the
 # same class is called there: v5's `CLIPImageProcessorPil` is 4.x's (slow, PIL) `CLIPImageProcessor`.
 # transformers 5.24 strips "Pil" itself when it saves; a file written otherwise may still hold it.
@@ -97,11 +87,12 @@ class ProcessorFiles(Rule):
         files = legacy_files(nested, [n for n in LEGACY_FILES.values() if ctx.model.state(n).exists], problems)
         for why in problems:
             outcome.findings.append(self.finding("warning", f"{why}; not written as a legacy file"))
-        tokenizer_why = self._tokenizer_unreadable(ctx)
+        if not files:
+            return outcome  # nothing to write: a tokenizer to repair reaches the processor by the routing
         nested_read = self._reads_nested(ctx)
-        if tokenizer_why is None and (nested_read or not files):
+        if nested_read:
             return outcome  # the engine reads the processor where it is, as it is
-        if tokenizer_why is None and nested_read is None:
+        if nested_read is None:
             outcome.findings.append(
                 self.finding(
                     "unverified",
@@ -111,52 +102,32 @@ class ProcessorFiles(Rule):
                 )
             )
             return outcome
-        reasons = []
-        if files:
-            reasons.append(
-                f"writing {', '.join(sorted(files))} from the nested {PROCESSOR_CONFIG} (left with the processor's own arguments)"
-            )
-        if tokenizer_why:
-            reasons.append(f"the processor loads its tokenizer from the model path, where {tokenizer_why}")
         repair = Repair(
-            self.code, self.title, f"vLLM {ctx.profile.vllm_version} loads the processor from the model path: " + "; ".join(reasons)
+            self.code,
+            self.title,
+            f"vLLM {ctx.profile.vllm_version} loads the processor from the model path, and transformers "
+            f"{ctx.profile.transformers_version} does not read the nested {PROCESSOR_CONFIG}: writing "
+            f"{', '.join(sorted(files))} from it (left with the processor's own arguments)",
         )
-        if files:
-            # 4.x's processor_config.json holds the processor's own arguments only: 4.55 passes a
-            # nested image_processor dict on as an argument and fails ("Received a dict for argument
-            # image_processor"). The nested keys live in the legacy files now.
-            files[PROCESSOR_CONFIG] = {k: v for k, v in nested.items() if k not in LEGACY_FILES}
+        # 4.x's processor_config.json holds the processor's own arguments only: 4.55 passes a
+        # nested image_processor dict on as an argument and fails ("Received a dict for argument
+        # image_processor"). The nested keys live in the legacy files now.
+        files[PROCESSOR_CONFIG] = {k: v for k, v in nested.items() if k not in LEGACY_FILES}
         repair.view_files = files
-        repair.processor_check = {
-            "processor_class": nested.get("processor_class") if isinstance(nested.get("processor_class"), str) else None,
-            "components": {key: nested[key] for key in LEGACY_FILES if isinstance(nested.get(key), dict)},
-        }
+        repair.processor_check = processor_check(ctx.model)
         outcome.repairs.append(repair)
         return outcome
 
     @staticmethod
     def _reads_nested(ctx: Context) -> Optional[bool]:
-        """Whether the engine's transformers reads the nested processor_config.json. No profile
-        records it yet (a fact `reads_nested_processor_config` would be read first); an engine
-        whose transformers reads transformers 5's config and tokenizer forms is a transformers 5,
-        which writes the nested form itself. Else None: unknown (4.57 reads it, 4.55 does not)."""
-        fact = getattr(ctx.profile, "reads_nested_processor_config", None)
-        if fact is not None:
-            return bool(fact)
+        """Whether the engine's transformers reads the nested processor_config.json: the profile's
+        fact; a profile made before it was recorded says it through an engine whose transformers
+        reads transformers 5's config and tokenizer forms (a transformers 5, which writes the
+        nested form itself). Else None: unknown."""
+        if ctx.profile.reads_nested_processor_config is not None:
+            return ctx.profile.reads_nested_processor_config
         if ctx.profile.reads_rope_parameters and ctx.profile.reads_extra_special_tokens_list:
             return True
-        return None
-
-    @staticmethod
-    def _tokenizer_unreadable(ctx: Context) -> Optional[str]:
-        """Why the engine's transformers cannot read the model path's tokenizer_config.json (the
-        transformers-5 forms R3 and R3b repair in the tokenizer overlay), or None."""
-        config = ctx.model.json_object("tokenizer_config.json")
-        cls = config.get("tokenizer_class")
-        if isinstance(cls, str) and cls and not ctx.profile.knows_tokenizer_class(cls):
-            return f"tokenizer_class {cls} is unknown to transformers {ctx.profile.transformers_version}"
-        if isinstance(config.get("extra_special_tokens"), list) and ctx.profile.reads_extra_special_tokens_list is False:
-            return f"extra_special_tokens is a list, which transformers {ctx.profile.transformers_version} cannot read"
         return None
 
 

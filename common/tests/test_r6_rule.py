@@ -1,8 +1,10 @@
-"""R6: a processor saved in transformers 5 form (one nested processor_config.json, a
-transformers-5 tokenizer beside it) reaches the engine through a model view, since vLLM loads the
-processor, and the processor its tokenizer, from the model path. Bad processor files are findings,
-never a crash. Verification loads the processor with the nv-a100 engine's transformers 4.57
-(.venv-engine: the dev venv has no PIL, which the image processor needs)."""
+"""R6: a processor saved in transformers 5 form (one nested processor_config.json) reaches an
+engine whose transformers does not read that form (the profile's fact: BI-100's 4.55) through a
+model view with the legacy files. A transformers-5 tokenizer beside a processor in either form
+reaches the processor through the view too (the routing: vLLM loads the processor, and the
+processor its tokenizer, from the model path). Bad processor files are findings, never a crash.
+Verification loads the processor with the engines' own transformers (.venv-engine's 4.57,
+.venv-engine055's 4.55: the dev venv has no PIL, which the image processor needs)."""
 
 import json
 import os
@@ -10,7 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from common.rules.r6_processor_files import LEGACY_FILES, legacy_class, legacy_files
+from common.modeldir import ModelDir
+from common.processor_files import has_processor, processor_check
+from common.profile import Profile, load_profile
+from common.rules.base import Context
+from common.rules.r6_processor_files import LEGACY_FILES, RULE, legacy_class, legacy_files
 from common.triage import triage_file
 
 from .helpers import ROOT, model_dir, preflight_json, tree_digest
@@ -82,6 +88,16 @@ def llava(tmp_path, **replace):
     return model_dir(tmp_path / "llava", {k: v for k, v in files.items() if v is not None})
 
 
+# The same processor in transformers 4.x form: the image processor in preprocessor_config.json,
+# the processor's own arguments in processor_config.json.
+PROCESSOR_4X = {k: v for k, v in PROCESSOR_V5.items() if k != "image_processor"}
+PREPROCESSOR_4X = dict(IMAGE_PROCESSOR, processor_class="LlavaProcessor")
+
+
+def llava_4x(tmp_path, **replace):
+    return llava(tmp_path, **{"processor_config.json": PROCESSOR_4X, "preprocessor_config.json": PREPROCESSOR_4X, **replace})
+
+
 @pytest.fixture
 def env(env_for_tests):
     env_for_tests["COMPAT_SKIP"] = "R2,R5,H1,H2,R7,R8"
@@ -121,11 +137,12 @@ def test_backend_class_names_map_to_the_old_name(name, legacy):
 
 
 def test_view_holds_legacy_processor_and_repaired_tokenizer_files(tmp_path, env):
+    """BI-100's transformers 4.55 does not read the nested form (its profile's fact)."""
     model = llava(tmp_path)
     before = tree_digest(model)
-    plan = preflight_json(model, env=dict(env, COMPAT_ENGINE_PYTHON="/nonexistent/python"))
+    plan = preflight_json(model, "iluvatar-bi100", env=dict(env, COMPAT_ENGINE_PYTHON="/nonexistent/python"))
     [r6] = repairs(plan, "R6")
-    assert "loads the processor from the model path" in r6["detail"] and "TokenizersBackend" in r6["detail"]
+    assert "loads the processor from the model path" in r6["detail"] and "does not read the nested" in r6["detail"]
     assert r6["view_files"] == ["preprocessor_config.json", "processor_config.json"]
     # No engine Python: nothing verified, nothing served in place of the model.
     assert r6["verified"] is None and plan["view"] is None and plan["model_path"] == str(model)
@@ -140,15 +157,26 @@ def test_view_holds_legacy_processor_and_repaired_tokenizer_files(tmp_path, env)
 
 
 @pytest.mark.skipif(not ENGINE_PYTHON.exists(), reason="no .venv-engine: run `make engine-env`")
-def test_the_engines_transformers_loads_the_processor_from_the_view(tmp_path, env):
-    model = llava(tmp_path)
+@pytest.mark.parametrize("form", ["nested", "4.x"])
+def test_the_tokenizer_overlay_reaches_the_processor_through_a_view(tmp_path, env, form):
+    """nv-a100's transformers 4.57 reads either processor form (no legacy file is written: no R6),
+    but the processor loads the model path's transformers-5 tokenizer: the overlay's files ride a
+    view, verified by the engine's transformers loading the processor from it."""
+    model = llava(tmp_path) if form == "nested" else llava_4x(tmp_path)
     plan = preflight_json(model, env=dict(env, COMPAT_ENGINE_PYTHON=str(ENGINE_PYTHON)))
-    [r6] = repairs(plan, "R6")
-    assert r6["verified"] is True, r6
-    assert "LlavaProcessor (image_processor CLIPImageProcessor)" in r6["verification"]
-    assert plan["model_path"] == plan["view"]["path"] and plan["view"]["codes"] == ["R6"]
+    assert repairs(plan, "R6") == [] and findings(plan, "R6") == []
+    riders = repairs(plan, "R3") + repairs(plan, "R3b")
+    assert len(riders) == 2 and all(r["verified"] is True for r in riders), riders
+    assert (
+        "probe ids match tokenizer.json; the view: the processor loads as LlavaProcessor (image_processor CLIPImageProcessor)"
+        in (riders[0]["verification"])
+    )
+    assert plan["model_path"] == plan["view"]["path"] and plan["view"]["codes"] == ["R3", "R3b"]
+    assert plan["view"]["rewritten"] == ["tokenizer_config.json"] and "its tokenizer" in plan["view"]["why"]
     assert plan["args"][plan["args"].index("--served-model-name") + 1] == str(model)
-    assert set(plan["view"]["rewritten"]) == {"preprocessor_config.json", "processor_config.json", "tokenizer_config.json"}
+    assert "--tokenizer" in plan["args"]  # the engine's own tokenizer keeps the overlay
+    view = Path(plan["view"]["path"])
+    assert os.path.islink(view / "processor_config.json") and (view / "preprocessor_config.json").is_symlink() is (form == "4.x")
 
 
 @pytest.mark.skipif(not ENGINE055_PYTHON.exists(), reason="no .venv-engine055: run `make engine055-env`")
@@ -169,31 +197,73 @@ def test_bi100s_transformers_4_55_fails_on_the_model_and_loads_the_view(tmp_path
     assert verdict.ok is False and "does not appear to have a file named preprocessor_config.json" in verdict.reason
 
 
-@pytest.mark.skipif(not ENGINE_PYTHON.exists(), reason="no .venv-engine: run `make engine-env`")
+@pytest.mark.skipif(not ENGINE055_PYTHON.exists(), reason="no .venv-engine055: run `make engine055-env`")
 def test_a_processor_the_engine_cannot_load_drops_the_view(tmp_path, env):
-    """The check compares what loads with the nested file: a class the engine lacks fails it."""
+    """The check compares what loads with the nested file: a class the engine lacks fails it, and
+    the tokenizer repairs that ride the view go with it."""
     model = llava(tmp_path, **{"processor_config.json": dict(PROCESSOR_V5, processor_class="AcmeVisionProcessor")})
-    plan = preflight_json(model, env=dict(env, COMPAT_ENGINE_PYTHON=str(ENGINE_PYTHON)))
+    plan = preflight_json(model, "iluvatar-bi100", env=dict(env, COMPAT_ENGINE_PYTHON=str(ENGINE055_PYTHON)))
     [r6] = repairs(plan, "R6")
     assert r6["verified"] is False and plan["view"] is None and plan["model_path"] == str(model)
-    assert any("R6 dropped" in f["message"] and f["severity"] == "error" for f in findings(plan, "R6"))
+    assert [r["verified"] for r in repairs(plan, "R3") + repairs(plan, "R3b")] == [False, False]
+    assert any("R6+R3+R3b dropped" in f["message"] and f["severity"] == "error" for f in findings(plan, "R6"))
 
 
-def test_a_readable_tokenizer_and_no_fact_is_unverified_not_a_repair(tmp_path, env):
-    """transformers 4.57 reads the nested file itself; 4.56 and earlier do not. The profile does
-    not record which: said, not guessed."""
-    tokenizer_config = {k: v for k, v in TOKENIZER_CONFIG_V5.items() if k not in ("extra_special_tokens", "tokenizer_class")}
-    model = llava(tmp_path, **{"tokenizer_config.json": dict(tokenizer_config, tokenizer_class="PreTrainedTokenizerFast")})
-    plan = preflight_json(model, env=env)
-    assert repairs(plan, "R6") == [] and plan["args"] == []
-    [finding] = findings(plan, "R6")
-    assert finding["severity"] == "unverified" and "4.56 and earlier do not" in finding["message"]
+@pytest.mark.parametrize("card, reads", [("nv-a100", True), ("hygon-k100", True), ("iluvatar-bi100", False), ("nv-a100@next", True)])
+def test_each_profile_says_whether_its_transformers_reads_the_nested_form(card, reads):
+    """Probed on each engine by compat_build/snapshot_engine.py: 4.57 and 5.x fall back to the
+    nested processor_config.json, 4.55 fails for want of preprocessor_config.json."""
+    assert load_profile(card).reads_nested_processor_config is reads
+
+
+def check_without_the_fact(model, fact):
+    data = json.loads((ROOT / "common" / "profiles" / "nv-a100.json").read_text())
+    data["engine"]["reads"].pop("nested_processor_config")
+    if fact is not None:
+        data["engine"]["reads"]["nested_processor_config"] = fact
+    ctx = Context(model=ModelDir(str(model)), profile=Profile(data), facts={}, user=None, env={})
+    return RULE.check(ctx)
+
+
+@pytest.mark.parametrize("fact", [None, True, False])
+def test_the_rule_decides_from_the_fact_and_says_when_the_profile_lacks_it(tmp_path, fact):
+    """A profile made before the fact was recorded: said ("unverified"), not guessed; a readable
+    tokenizer leaves the rest to the fact alone."""
+    outcome = check_without_the_fact(llava(tmp_path), fact)
+    if fact is None:
+        assert outcome.repairs == [] and [f.severity for f in outcome.findings] == ["unverified"]
+        assert "4.56 and earlier do not" in outcome.findings[0].message
+    elif fact:
+        assert outcome.repairs == [] and outcome.findings == []
+    else:
+        [repair] = outcome.repairs
+        assert sorted(repair.view_files) == ["preprocessor_config.json", "processor_config.json"]
+        assert repair.processor_check == {"processor_class": "LlavaProcessor", "components": {"image_processor": IMAGE_PROCESSOR}}
+
+
+def test_processor_check_reads_the_files_as_the_engine_does(tmp_path):
+    """A legacy file wins over the nested entry (4.57 reads preprocessor_config.json first); the
+    class comes from the processor files, else the tokenizer's config; no files: no processor."""
+    nested = processor_check(ModelDir(str(llava(tmp_path / "a"))))
+    assert nested == {"processor_class": "LlavaProcessor", "components": {"image_processor": IMAGE_PROCESSOR}}
+    legacy = processor_check(ModelDir(str(llava_4x(tmp_path / "b"))))
+    assert legacy == {"processor_class": "LlavaProcessor", "components": {"image_processor": PREPROCESSOR_4X}}
+    audio = llava_4x(tmp_path / "c", **{"preprocessor_config.json": {"feature_extractor_type": "WhisperFeatureExtractor"}})
+    assert list(processor_check(ModelDir(str(audio)))["components"]) == ["feature_extractor"]
+    text = llava(tmp_path / "d", **{"processor_config.json": None})
+    assert not has_processor(ModelDir(str(text))) and processor_check(ModelDir(str(text))) is None
+
+
+def test_a_text_model_keeps_its_tokenizer_overlay_alone(tmp_path, env):
+    """No processor files: the tokenizer overlay goes by --tokenizer only, no view."""
+    model = llava(tmp_path, **{"processor_config.json": None})
+    plan = preflight_json(model, env=dict(env, COMPAT_ENGINE_PYTHON="/nonexistent/python"))
+    assert repairs(plan, "R3b") and plan["view"] is None and not (Path(plan["work_dir"]) / "model").exists()
 
 
 def test_processor_files_in_4x_form_get_nothing(tmp_path, env):
-    legacy = {k: v for k, v in PROCESSOR_V5.items() if k != "image_processor"}
     tokenizer_config = dict(TOKENIZER_CONFIG_V5, tokenizer_class="PreTrainedTokenizerFast", extra_special_tokens=None)
-    model = llava(tmp_path, **{"processor_config.json": legacy, "preprocessor_config.json": IMAGE_PROCESSOR})
+    model = llava_4x(tmp_path)
     model_dir(model, {"tokenizer_config.json": {k: v for k, v in tokenizer_config.items() if v is not None}})
     plan = preflight_json(model, env=env)
     assert repairs(plan, "R6") == [] and findings(plan, "R6") == [] and plan["args"] == []
@@ -218,10 +288,11 @@ def test_malformed_processor_config_is_an_input_finding(tmp_path, env, content, 
 
 def test_a_nested_value_that_is_not_an_object_is_a_warning(tmp_path, env):
     model = llava(tmp_path, **{"processor_config.json": dict(PROCESSOR_V5, image_processor=["x"])})
-    plan = preflight_json(model, env=dict(env, COMPAT_ENGINE_PYTHON="/nonexistent/python"))
+    plan = preflight_json(model, "iluvatar-bi100", env=dict(env, COMPAT_ENGINE_PYTHON="/nonexistent/python"))
     assert "image_processor is a JSON list, not an object" in findings(plan, "R6")[0]["message"]
-    [r6] = repairs(plan, "R6")  # the tokenizer still needs the view, with no legacy file in it
-    assert "view_files" not in r6 and not crashed(plan)
+    assert repairs(plan, "R6") == [] and not crashed(plan)  # no legacy file to write
+    view = Path(plan["work_dir"]) / "model"  # the tokenizer still needs the view (unverified here: not served)
+    assert (view / "tokenizer_config.json").is_file() and not (view / "preprocessor_config.json").exists()
 
 
 def test_a_symlink_out_of_the_model_is_not_followed(tmp_path, env):
