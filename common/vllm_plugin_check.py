@@ -1,9 +1,9 @@
-"""Check at image build that the image's Python finds R8's vLLM plugin only when asked.
+"""Check at image build that the image's Python finds the vLLM plugin (R8, R9) only when asked.
 
 usage: python3 -m common.vllm_plugin_check [PLUGIN_DIR]   (default: common/vllm_plugin)
 
 vLLM discovers general plugins through importlib.metadata entry points. The plugin is not
-installed: its directory holds a `*.dist-info` that the R8 repair puts first on PYTHONPATH. With
+installed: its directory holds a `*.dist-info` that the R8 and R9 repairs put first on PYTHONPATH. With
 the directory on PYTHONPATH the image's own Python must see the entry point and load it (the
 module imports without torch); without it the entry point must not exist, so that no model the
 preflight did not ask for runs through the plugin. Exits 1 with one line when either fails.
@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 GROUP = "vllm.general_plugins"
-NAME = "compat_fused_experts"
+NAME = "compat_weights"
 PROBE = (
     "from importlib.metadata import entry_points\n"
     f"found = [ep for ep in entry_points(group={GROUP!r}) if ep.name == {NAME!r}]\n"
@@ -48,7 +48,7 @@ def main(argv: list) -> int:
     if unasked != "0 False":
         print(f"vllm_plugin_check: {sys.executable} finds the {NAME} entry point without being asked ({unasked})", file=sys.stderr)
         return 1
-    print(f"R8 plugin: {NAME} found with {argv[0]} on PYTHONPATH only")
+    print(f"vLLM plugin: {NAME} found with {argv[0]} on PYTHONPATH only")
     return 0
 
 

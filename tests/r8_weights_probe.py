@@ -4,8 +4,9 @@ usage: r8_weights_probe.py MODEL OUT.json
 
 Loads the general plugins the way the engine does at start (vllm.plugins.load_general_plugins),
 then iterates DefaultModelLoader._get_weights_iterator on MODEL, whatever its signature in this
-vLLM (0.5.x: path, revision, fall_back_to_pt; 0.6+: a Source). Writes {"wrapped": the layout the
-plugin wrapped the iterator with or null, "tensors": {name: [shape, sha256 of the bytes]}}.
+vLLM (0.5.x: path, revision, fall_back_to_pt; 0.6+: a Source). Writes {"wrapped": the transforms the
+plugin wrapped the iterator with ({"fused_experts": layout, "weight_names": scheme}) or null,
+"tensors": {name: [shape, sha256 of the bytes]}}. R8's and R9's end-to-end tests use it.
 """
 
 import hashlib
@@ -38,7 +39,7 @@ def main(model: str, out: str) -> None:
         data = tensor.detach().to(torch.float32).contiguous().numpy().tobytes()
         tensors[name] = [list(tensor.shape), hashlib.sha256(data).hexdigest()]
     with open(out, "w", encoding="utf-8") as fh:
-        json.dump({"wrapped": getattr(hook, "compat_fused_experts", None), "tensors": tensors}, fh)
+        json.dump({"wrapped": getattr(hook, "compat_weights", None), "tensors": tensors}, fh)
 
 
 if __name__ == "__main__":

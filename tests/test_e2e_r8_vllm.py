@@ -73,8 +73,11 @@ def test_launcher_serves_fused_experts_with_transformers5_greedy_tokens(models, 
     assert r8["verified"] is True and report["env"]["COMPAT_FUSED_EXPERTS"] == "mixtral"
     assert report["env"]["PYTHONPATH"].split(":")[0] == PLUGIN_DIR
     log = srv.log()
-    assert "compat_fused_experts: fused MoE experts (layout mixtral) are split per expert" in log
-    assert "compat_fused_experts: split 4 fused expert tensors into per-expert weights (layout mixtral)" in log
+    assert (
+        "compat_weights: vllm.model_executor.model_loader.default_loader.DefaultModelLoader wraps the weights (fused_experts=mixtral)"
+        in log
+    )
+    assert "compat_weights: split 4 fused expert tensors into per-expert weights (layout mixtral)" in log
     got = srv.greedy_tokens(str(model), author["reference_prompt"], len(author["reference_tokens"]))
     assert got == author["reference_tokens"]
     assert triage_file(str(srv.log_path)).code == "unknown"  # a healthy start is claimed by no rule
@@ -110,7 +113,7 @@ def test_each_engines_weight_iterator_yields_the_original_layout(models, tmp_pat
         )
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
         probe = json.loads(out.read_text())
-        assert probe["wrapped"] == layout  # the engine's own plugin loading found and ran it
+        assert probe["wrapped"] == {"fused_experts": layout}  # the engine's own plugin loading found and ran it
         want = original_tensors(models[model_type, "original"])
         assert sorted(probe["tensors"]) == sorted(want)
         assert probe["tensors"] == want

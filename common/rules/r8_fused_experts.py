@@ -9,26 +9,24 @@ or, where its loader skips names it does not know, serves random experts. The ch
 tensor names from model.safetensors.index.json (or the safetensors headers: their 8-byte length
 and JSON only, never weights), and only for the model types transformers 5 converts this way. On an
 engine that runs `vllm.general_plugins` entry points, the repair puts the image's plugin directory
-first on PYTHONPATH and names the layout in COMPAT_FUSED_EXPERTS: the plugin wraps the engine's
-weight iterator and splits every fused tensor back into the per-expert tensors transformers 5
+first on PYTHONPATH and names the layout in COMPAT_FUSED_EXPERTS: the plugin (shared with R9) wraps
+the engine's weight iterator and splits every fused tensor back into the per-expert tensors transformers 5
 writes with `save_original_format=True`, which the engine's own loader reads. Elsewhere the
 finding is an error: the model would not load, or load wrong weights.
 """
 
 from __future__ import annotations
 
-import os
-
-from ..plan import Repair
 from ..safetensors_header import INDEX, read_header, weight_files, weight_map
-from ..vllm_plugin.compat_fused_experts import ENV, MODEL_TYPES, PLUGIN_NAME, fused_part
+from ..vllm_plugin.compat_fused_experts import ENV, MODEL_TYPES, fused_part
+from ..vllm_plugin.compat_weights import PLUGIN_NAME
 from .base import Context, Outcome, Rule
+from .weights_plugin import PLUGIN_DIR, blocker, plugin_repair
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Dict, List, Optional, Tuple
 
-PLUGIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "vllm_plugin")
 # A checkpoint without an index is one file, or a handful: more headers than this are not read.
 MAX_HEADER_FILES = 64
 # config.json keys that hold the number of routed experts, by model family.
@@ -133,30 +131,17 @@ class FusedExperts(Rule):
                 self.finding("error", f"{detail}, but not in transformers 5's shape ({', '.join(wrong[:3])}; {experts} experts)")
             )
             return outcome
-        profile = ctx.profile
-        hook = (profile.general_plugins, profile.weights_iterator_hook)
-        engine = f"vLLM {profile.vllm_version}"
-        if False in hook:
-            missing = "loads no general plugins" if profile.general_plugins is False else "has no weight iterator to wrap"
-            outcome.findings.append(
-                self.finding("error", f"{detail}: {engine} {missing}, so it would fail to load them or load wrong expert weights")
-            )
+        blocked = blocker(ctx)
+        if blocked is not None:
+            severity, why = blocked
+            consequence = {"error": ", so it would fail to load them or load wrong expert weights", "unverified": ""}[severity]
+            outcome.findings.append(self.finding(severity, f"{detail}: {why}{consequence}"))
             return outcome
-        if None in hook:
-            outcome.findings.append(self.finding("unverified", f"{detail}: this profile cannot say whether {engine} runs general plugins"))
-            return outcome
-        allowed = ctx.env.get("VLLM_PLUGINS")
-        if allowed is not None and PLUGIN_NAME not in [p.strip() for p in allowed.split(",")]:
-            outcome.findings.append(
-                self.finding(
-                    "error", f"{detail}: VLLM_PLUGINS={allowed!r} does not allow {PLUGIN_NAME}, and {engine} would fail to load them"
-                )
-            )
-            return outcome
-        repair = Repair(self.code, self.title, f"{detail}; {PLUGIN_NAME} splits them per expert at load", env={ENV: layout})
-        repair.path_prepend = {"PYTHONPATH": PLUGIN_DIR}
-        outcome.repairs.append(repair)
+        detail = f"{detail}; {PLUGIN_NAME} splits them per expert at load"
+        outcome.repairs.append(plugin_repair(self.code, self.title, detail, ENV, layout))
         return outcome
 
 
 RULE = FusedExperts()
+
+__all__ = ["PLUGIN_DIR", "RULE"]

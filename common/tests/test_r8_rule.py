@@ -12,6 +12,7 @@ from common.modeldir import ModelDir
 from common.rules.r8_fused_experts import PLUGIN_DIR
 from common.safetensors_header import HEADER_CAP, read_header
 from common.vllm_plugin import compat_fused_experts as plugin
+from common.vllm_plugin import compat_weights
 
 from .helpers import ROOT, model_dir, preflight_json, run_common
 
@@ -85,7 +86,7 @@ def test_single_file_fused_mixtral_gets_the_plugin(tmp_path, env_for_tests):
     assert plan["args"] == []  # the repair travels in the environment only
     # The directory really holds what vLLM's entry-point discovery reads.
     [entry] = (ROOT / "common" / "vllm_plugin").glob("*.dist-info/entry_points.txt")
-    assert "[vllm.general_plugins]\ncompat_fused_experts = compat_fused_experts:register" in entry.read_text()
+    assert "[vllm.general_plugins]\ncompat_weights = compat_weights:register" in entry.read_text()
 
 
 def test_sharded_checkpoint_names_from_the_index_and_one_header(tmp_path, env_for_tests):
@@ -159,9 +160,9 @@ def test_vllm_plugins_filter_without_ours_is_an_error_and_is_not_overridden(tmp_
     assert (
         repairs == []
         and finding["severity"] == "error"
-        and "VLLM_PLUGINS='lora_resolver' does not allow compat_fused_experts" in finding["message"]
+        and "VLLM_PLUGINS='lora_resolver' does not allow compat_weights" in finding["message"]
     )
-    plan = preflight_json(model, env=dict(env_for_tests, VLLM_PLUGINS="lora_resolver, compat_fused_experts"))
+    plan = preflight_json(model, env=dict(env_for_tests, VLLM_PLUGINS="lora_resolver, compat_weights"))
     assert [r["code"] for r in plan["repairs"]] == ["R8"]
 
 
@@ -276,7 +277,7 @@ def test_plugin_module_imports_without_torch():
     import subprocess
     import sys
 
-    code = "import sys; sys.modules['torch'] = None; import compat_fused_experts as p; p.register(); print('ok')"
+    code = "import sys; sys.modules['torch'] = None; import compat_weights as p; p.register(); print('ok')"
     proc = subprocess.run([sys.executable, "-c", code], cwd=PLUGIN_DIR, capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
     assert proc.stdout.strip() == "ok", proc.stderr
 
@@ -293,7 +294,7 @@ def test_split_inverts_transformers5_mixtral_layout():
         ("model.layers.0.mlp.experts.gate_up_proj", gate_up),
         ("model.layers.0.mlp.experts.down_proj", w2),
     ]
-    out = dict(plugin.split_weights(iter(weights), "mixtral"))
+    out = dict(compat_weights.transform_weights(iter(weights), {"fused_experts": "mixtral"}))
     assert list(out)[:3] == [
         "model.layers.0.block_sparse_moe.gate.weight",
         "model.layers.0.block_sparse_moe.experts.0.w1.weight",
@@ -309,16 +310,21 @@ def test_split_inverts_transformers5_mixtral_layout():
 def test_split_refuses_a_tensor_of_another_shape():
     torch = pytest.importorskip("torch")
     with pytest.raises(ValueError, match="not the \\[experts, 2\\*intermediate, hidden\\]"):
-        list(plugin.split_weights(iter([("layers.0.mlp.experts.gate_up_proj", torch.zeros(4, 8))]), "qwen2_moe"))
+        list(
+            compat_weights.transform_weights(
+                iter([("layers.0.mlp.experts.gate_up_proj", torch.zeros(4, 8))]), {"fused_experts": "qwen2_moe"}
+            )
+        )
 
 
 def test_register_does_nothing_unless_asked(monkeypatch):
     calls = []
-    monkeypatch.setattr(plugin, "_find_loader", lambda: calls.append(1))
+    monkeypatch.setattr(compat_weights, "_find_loader", lambda: calls.append(1))
     monkeypatch.delenv(plugin.ENV, raising=False)
-    plugin.register()
+    monkeypatch.delenv("COMPAT_WEIGHT_NAMES", raising=False)
+    compat_weights.register()
     monkeypatch.setenv(plugin.ENV, "no-such-layout")
-    plugin.register()
+    compat_weights.register()
     assert calls == []
 
 
@@ -328,10 +334,12 @@ def test_register_wraps_once_and_survives_a_missing_loader(monkeypatch):
             return iter([("a.mlp.experts.down_proj", source)])
 
     monkeypatch.setenv(plugin.ENV, "mixtral")
-    monkeypatch.setattr(plugin, "_find_loader", lambda: Loader)
-    plugin.register()
-    plugin.register()  # vLLM loads plugins again in each process; in one process it is a no-op
+    monkeypatch.delenv("COMPAT_WEIGHT_NAMES", raising=False)
+    monkeypatch.setattr(compat_weights, "_find_loader", lambda: Loader)
+    compat_weights.register()
+    compat_weights.register()  # vLLM loads plugins again in each process; in one process it is a no-op
+    assert Loader._get_weights_iterator.compat_weights == {"fused_experts": "mixtral"}
     assert Loader._get_weights_iterator.__wrapped__.__name__ == "_get_weights_iterator"
-    assert not hasattr(Loader._get_weights_iterator.__wrapped__, "compat_fused_experts")
-    monkeypatch.setattr(plugin, "_find_loader", lambda: None)
-    plugin.register()  # logs, never raises
+    assert not hasattr(Loader._get_weights_iterator.__wrapped__, "compat_weights")
+    monkeypatch.setattr(compat_weights, "_find_loader", lambda: None)
+    compat_weights.register()  # logs, never raises

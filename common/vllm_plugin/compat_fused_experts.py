@@ -1,33 +1,27 @@
-"""R8's vLLM general plugin: MoE experts stored fused (transformers 5) split back per expert.
+"""R8's tables and split: MoE experts stored fused (transformers 5) turned back into per-expert weights.
 
 transformers 5 holds an MoE layer's experts as two 3-D tensors, `mlp.experts.gate_up_proj`
 [experts, 2 * intermediate, hidden] (each expert's gate rows, then its up rows) and
 `mlp.experts.down_proj` [experts, hidden, intermediate], and a checkpoint saved with
 `save_original_format=False` (or an MoE released after v5) stores them so. Older vLLMs look for
 one weight per expert under the names transformers 4 saved (Mixtral: `block_sparse_moe.experts.
-{e}.w1.weight`) and die with a KeyError. This plugin wraps the engine's weight iterator
-(DefaultModelLoader._get_weights_iterator) and turns each fused tensor back into exactly the
+{e}.w1.weight`) and die with a KeyError. `split` turns each fused tensor back into exactly the
 tensors transformers 5 writes with `save_original_format=True`: the inverse of its conversion
 mapping (transformers/conversion_mapping.py: MergeModulelist(dim=0) stacks the experts,
 Concatenate(dim=1) puts gate before up; no transposition), so the engine's own loader does the rest.
 
-It acts only when asked: vLLM finds the entry point only in a process started with this
-directory on PYTHONPATH, and `register()` does nothing unless COMPAT_FUSED_EXPERTS names a layout
-(the preflight's R8 repair sets both). Standard library only: the hook handles the engine's
-tensors through their own methods, so importing this module never imports torch.
+The plugin (compat_weights.py) applies it in the engine's weight iterator when COMPAT_FUSED_EXPERTS
+names a layout; the preflight's R8 imports the tables. Standard library only: the engine's tensors
+are handled through their own methods, so importing this module never imports torch.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
-    from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
+    from typing import Any, Iterator, List, Tuple
 
 ENV = "COMPAT_FUSED_EXPERTS"
-PLUGIN_NAME = "compat_fused_experts"  # the entry point's name: what VLLM_PLUGINS must allow
 
 # The names transformers 5 gives an MoE block's stacked expert tensors (the part after ".experts.").
 FUSED_NAMES = ("gate_up_proj", "down_proj")
@@ -59,19 +53,6 @@ MODEL_TYPES = {
     "hunyuan_v1_moe": "qwen2_moe",
     "ernie4_5_moe": "qwen2_moe",
 }
-
-# Where vLLM keeps the loader whose iterator is wrapped: 0.6+ (default_loader.py), then 0.5.x.
-LOADER_MODULES = ("vllm.model_executor.model_loader.default_loader", "vllm.model_executor.model_loader.loader")
-LOADER_CLASS = "DefaultModelLoader"
-HOOK = "_get_weights_iterator"
-
-
-def _log():
-    """The plugin's logger, under "vllm" (the engine's own log format). Imported here, not at the
-    top: the preflight imports this module for its tables on every container start."""
-    import logging
-
-    return logging.getLogger("vllm.compat_fused_experts")
 
 
 def rename(name: str, layout: str) -> str:
@@ -110,7 +91,7 @@ def split(name: str, tensor: Any, layout: str) -> Iterator[Tuple[str, Any]]:
     if len(shape) != 3 or (fused == "gate_up_proj" and shape[1] % 2):
         # Loading it anyway would put wrong numbers in the experts: stop the start with the reason.
         raise ValueError(
-            f"{PLUGIN_NAME}: {name} has shape {list(shape)}, not the [experts, 2*intermediate, hidden] / "
+            f"fused expert tensor {name} has shape {list(shape)}, not the [experts, 2*intermediate, hidden] / "
             f"[experts, hidden, intermediate] of transformers 5's {layout} layout; not loaded"
         )
     names = expert_names(name, layout, shape[0])
@@ -121,58 +102,3 @@ def split(name: str, tensor: Any, layout: str) -> Iterator[Tuple[str, Any]]:
         pieces = [tensor[e] for e in range(shape[0])]
     for new_name, piece in zip(names, pieces, strict=True):
         yield new_name, piece.contiguous()
-
-
-def split_weights(weights: Iterable[Tuple[str, Any]], layout: str) -> Iterator[Tuple[str, Any]]:
-    """The engine's weight iterator with every fused expert tensor split; counts them in the log."""
-    fused = 0
-    for name, tensor in weights:
-        if fused_part(rename(name, layout))[1]:
-            fused += 1
-        yield from split(name, tensor, layout)
-    _log().info("%s: split %d fused expert tensors into per-expert weights (layout %s)", PLUGIN_NAME, fused, layout)
-
-
-def _find_loader() -> Optional[Any]:
-    for module in LOADER_MODULES:
-        try:
-            cls = getattr(importlib.import_module(module), LOADER_CLASS, None)
-        except ImportError:
-            continue
-        if cls is not None and callable(getattr(cls, HOOK, None)):
-            return cls
-    return None
-
-
-def _wrap(original: Callable[..., Any], layout: str) -> Callable[..., Any]:
-    def _get_weights_iterator(self: Any, *args: Any, **kwargs: Any) -> Iterator[Tuple[str, Any]]:
-        return split_weights(original(self, *args, **kwargs), layout)
-
-    _get_weights_iterator.compat_fused_experts = layout  # type: ignore[attr-defined]
-    _get_weights_iterator.__wrapped__ = original  # type: ignore[attr-defined] - inspect sees the engine's signature
-    return _get_weights_iterator
-
-
-def register() -> None:
-    """vLLM's entry point: wrap the weight iterator when COMPAT_FUSED_EXPERTS names a layout.
-
-    vLLM calls general plugins once per process (API server, engine core, workers) and does not
-    catch what they raise at that point in every version: nothing here raises."""
-    layout = os.environ.get(ENV, "")
-    if not layout:
-        return  # discovered, not asked for: the engine stays untouched
-    if layout not in LAYOUTS:
-        _log().warning("%s: %s=%r names no known layout (%s); weights are loaded as stored", PLUGIN_NAME, ENV, layout, ", ".join(LAYOUTS))
-        return
-    try:
-        cls = _find_loader()
-        if cls is None:
-            _log().warning("%s: no %s.%s in %s; weights are loaded as stored", PLUGIN_NAME, LOADER_CLASS, HOOK, " or ".join(LOADER_MODULES))
-            return
-        current = getattr(cls, HOOK)
-        if getattr(current, "compat_fused_experts", None) == layout:
-            return  # this process already wrapped it
-        setattr(cls, HOOK, _wrap(current, layout))
-        _log().info("%s: fused MoE experts (layout %s) are split per expert in %s.%s", PLUGIN_NAME, layout, cls.__module__, LOADER_CLASS)
-    except Exception:  # a bug here must not stop the engine from starting
-        _log().exception("%s: could not wrap the weight iterator; weights are loaded as stored", PLUGIN_NAME)

@@ -1,0 +1,132 @@
+"""The image's vLLM general plugin: checkpoint tensors turned into the names the engine loads.
+
+One wrapper around the engine's weight iterator (DefaultModelLoader._get_weights_iterator)
+applies every transform the preflight asked for, each named by its own variable:
+- COMPAT_WEIGHT_NAMES=<scheme> (R9): a vision tower saved by transformers 5 without its
+  `vision_model.` level gets it back (compat_weight_names.py);
+- COMPAT_FUSED_EXPERTS=<layout> (R8): MoE experts stored fused are split per expert
+  (compat_fused_experts.py).
+Renames come first, so a split sees the published name. The engine's own loader does the rest.
+
+It acts only when asked: vLLM finds the entry point only in a process started with this
+directory on PYTHONPATH, and `register()` does nothing unless one of the variables names a known
+transform (the preflight's repairs set both). Standard library only, no import-time work: the
+preflight imports this module for PLUGIN_NAME on every container start, and the hook handles the
+engine's tensors through their own methods, so importing it never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+try:  # as common.vllm_plugin.compat_weights (the preflight's import)
+    from . import compat_fused_experts as fused_experts
+    from . import compat_weight_names as weight_names
+except ImportError:  # as the top-level module vLLM's entry point names (the plugin dir on PYTHONPATH)
+    import compat_fused_experts as fused_experts  # type: ignore[no-redef]
+    import compat_weight_names as weight_names  # type: ignore[no-redef]
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
+
+PLUGIN_NAME = "compat_weights"  # the entry point's name: what VLLM_PLUGINS must allow
+
+# Where vLLM keeps the loader whose iterator is wrapped: 0.6+ (default_loader.py), then 0.5.x.
+LOADER_MODULES = ("vllm.model_executor.model_loader.default_loader", "vllm.model_executor.model_loader.loader")
+LOADER_CLASS = "DefaultModelLoader"
+HOOK = "_get_weights_iterator"
+
+# transform -> (its environment variable, the values it knows). The keys name the transforms in
+# the wrapper's `compat_weights` attribute and in the log.
+TRANSFORMS = {
+    "weight_names": (weight_names.ENV, weight_names.SCHEMES),
+    "fused_experts": (fused_experts.ENV, fused_experts.LAYOUTS),
+}
+
+
+def _log():
+    """The plugin's logger, under "vllm" (the engine's own log format). Imported here, not at the
+    top: the preflight imports this module on every container start."""
+    import logging
+
+    return logging.getLogger("vllm.compat_weights")
+
+
+def asked(env: Dict[str, str]) -> Dict[str, str]:
+    """transform -> value for each transform whose variable names a known value; logs the others."""
+    wanted = {}
+    for transform, (var, known) in TRANSFORMS.items():
+        value = env.get(var, "")
+        if value in known:
+            wanted[transform] = value
+        elif value:
+            _log().warning("%s: %s=%r names nothing it knows (%s); ignored", PLUGIN_NAME, var, value, ", ".join(known))
+    return wanted
+
+
+def transform_weights(weights: Iterable[Tuple[str, Any]], wanted: Dict[str, str]) -> Iterator[Tuple[str, Any]]:
+    """The engine's weight iterator with the asked transforms applied; counts each in the log."""
+    scheme, layout = wanted.get("weight_names"), wanted.get("fused_experts")
+    renamed = split = 0
+    for name, tensor in weights:
+        if scheme is not None:
+            new = weight_names.rename(name, scheme)
+            renamed += new != name
+            name = new
+        if layout is None:
+            yield name, tensor
+            continue
+        if fused_experts.fused_part(fused_experts.rename(name, layout))[1]:
+            split += 1
+        yield from fused_experts.split(name, tensor, layout)
+    if scheme is not None:
+        _log().info("%s: renamed %d vision tower weights to the published layout (scheme %s)", PLUGIN_NAME, renamed, scheme)
+    if layout is not None:
+        _log().info("%s: split %d fused expert tensors into per-expert weights (layout %s)", PLUGIN_NAME, split, layout)
+
+
+def _find_loader() -> Optional[Any]:
+    for module in LOADER_MODULES:
+        try:
+            cls = getattr(importlib.import_module(module), LOADER_CLASS, None)
+        except ImportError:
+            continue
+        if cls is not None and callable(getattr(cls, HOOK, None)):
+            return cls
+    return None
+
+
+def _wrap(original: Callable[..., Any], wanted: Dict[str, str]) -> Callable[..., Any]:
+    def _get_weights_iterator(self: Any, *args: Any, **kwargs: Any) -> Iterator[Tuple[str, Any]]:
+        return transform_weights(original(self, *args, **kwargs), wanted)
+
+    _get_weights_iterator.compat_weights = dict(wanted)  # type: ignore[attr-defined]
+    _get_weights_iterator.__wrapped__ = original  # type: ignore[attr-defined] - inspect sees the engine's signature
+    return _get_weights_iterator
+
+
+def register() -> None:
+    """vLLM's entry point: wrap the weight iterator with the transforms the environment asks for.
+
+    vLLM calls general plugins once per process (API server, engine core, workers) and does not
+    catch what they raise at that point in every version: nothing here raises."""
+    try:
+        wanted = asked(dict(os.environ))
+        if not wanted:
+            return  # discovered, not asked for: the engine stays untouched
+        cls = _find_loader()
+        if cls is None:
+            _log().warning("%s: no %s.%s in %s; weights are loaded as stored", PLUGIN_NAME, LOADER_CLASS, HOOK, " or ".join(LOADER_MODULES))
+            return
+        current = getattr(cls, HOOK)
+        done = getattr(current, "compat_weights", None)
+        if done == wanted:
+            return  # this process already wrapped it
+        original = current.__wrapped__ if done is not None else current  # never two wrappers
+        setattr(cls, HOOK, _wrap(original, wanted))
+        what = ", ".join(f"{transform}={value}" for transform, value in wanted.items())
+        _log().info("%s: %s.%s wraps the weights (%s)", PLUGIN_NAME, cls.__module__, LOADER_CLASS, what)
+    except Exception:  # a bug here must not stop the engine from starting
+        _log().exception("%s: could not wrap the weight iterator; weights are loaded as stored", PLUGIN_NAME)
