@@ -104,3 +104,24 @@ def weight_map(model: ModelDir) -> Tuple[Optional[Dict[str, str]], Optional[Prob
 def weight_files(model: ModelDir) -> List[str]:
     """Top-level *.safetensors files: what vLLM loads when there is no index."""
     return [n for n in model.names() if n.endswith(".safetensors")]
+
+
+def tensor_names(model: ModelDir, max_files: int = 64) -> Tuple[List[str], str, List[Problem]]:
+    """(the checkpoint's tensor names, where they came from, problems), from metadata only: the
+    index's weight_map when there is one (no header read), else the headers of the top-level
+    *.safetensors files (at most `max_files`: a checkpoint without an index is one file or a
+    handful). A file that cannot be read is a problem; its names are missing from the list."""
+    mapping, problem = weight_map(model)
+    if mapping is not None:
+        return sorted(mapping), INDEX, []
+    problems = [problem] if problem is not None else []
+    files = weight_files(model)
+    names: List[str] = []
+    for name in files[:max_files]:
+        header, bad = read_header(model, name)
+        if header is not None:
+            names.extend(header.shapes)
+        elif bad is not None:
+            problems.append(bad)
+    where = "the safetensors headers" if files else "no *.safetensors file"
+    return sorted(names), where, problems

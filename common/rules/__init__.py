@@ -18,6 +18,7 @@ from . import (
     r6_processor_files,
     r7_vendor_module_shim,
     r8_fused_experts,
+    r9_vision_tower_names,
     remote_code,
 )
 from .base import Context, Outcome, Rule
@@ -45,6 +46,7 @@ REGISTRY: Tuple[Rule, ...] = (
     h2_null_head_dim.RULE,
     r7_vendor_module_shim.RULE,
     r8_fused_experts.RULE,
+    r9_vision_tower_names.RULE,
 )
 
 
