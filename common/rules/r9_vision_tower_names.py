@@ -4,9 +4,10 @@ transformers 5 folds a CLIP or SigLIP vision tower into one module and drops its
 level when it saves a model it built from a config (or loaded from such a checkpoint):
 `vision_tower.embeddings.class_embedding`, where every published LLaVA, LLaVA-NeXT, LLaVA-OneVision,
 PaliGemma and Gemma 3 checkpoint has `vision_tower.vision_model.embeddings.class_embedding`.
-vLLM's CLIP and SigLIP towers keep the level and look the flat names up: vLLM 0.11.0 and 0.5.5 die
-with `KeyError: 'embeddings.class_embedding'` (a SigLIP tower: `'embeddings.patch_embedding.bias'`),
-vLLM 0.32 with `There is no module or parameter named 'vision_tower.embeddings'`. The check reads the
+vLLM's CLIP and SigLIP towers keep the level and look the flat names up: vLLM 0.11.0 dies with
+`KeyError: 'embeddings.class_embedding'` (seen); 0.5.5's CLIPVisionModel raises the same KeyError, a
+SigLIP tower's first name is `'embeddings.patch_embedding.bias'`, and vLLM 0.32 says `There is no
+module or parameter named 'vision_tower.embeddings'` (read from their source). The check reads the
 tensor names from model.safetensors.index.json (or the safetensors headers: their length and JSON
 only, never weights), and only for the vision-language model types whose tower transformers 5 saves
 so. On an engine that runs `vllm.general_plugins` entry points, the repair puts the image's plugin
