@@ -7,7 +7,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from compat_build.platform_client import PlatformClient
-from tests.engine import Server
+from common.triage import triage_file
+from tests.engine import Engine, Server, launch_report
+from tests.ports import free_port
 
 TOKEN = "s3cr3t-token-value"
 
@@ -63,3 +65,18 @@ def server(tmp_path):
     yield start
     for srv in started:
         srv.stop()
+
+
+@pytest.fixture
+def launched(server):
+    """Start a card's image launcher (the engine's Python runs `common launch`, as the entrypoint
+    does) on a model and wait until vLLM serves; returns (server, report.json). A healthy start is
+    claimed by no triage rule."""
+
+    def start(engine: Engine, card: str, model, work, *args: str, env=None, name: str = "launcher"):
+        srv = server(engine.launcher_argv(free_port()) + list(args), engine.launcher_env(model, card, work, env), name)
+        assert srv.wait_ready(), srv.log()[-3000:]
+        assert triage_file(str(srv.log_path)).code == "unknown", srv.log()[-3000:]
+        return srv, launch_report(work)
+
+    return start

@@ -84,6 +84,16 @@ class Engine:
         """What the image's entrypoint does: the engine's Python runs `common launch`."""
         return [str(self.python), "-m", "common", "launch", "--", *self.serve_args_for(port)]
 
+    def launcher_env(self, model: Path, card: str, work: Path, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+        """The launcher's environment in a card's image: the model, the card, a work dir."""
+        return self.env({"MODEL_DIR": str(model), "COMPAT_CARD": card, "COMPAT_WORK_DIR": str(work), **(extra or {})})
+
+
+def launch_report(work: Path) -> dict:
+    """The report.json of the one launcher run that used `work`."""
+    [path] = work.glob("run-*/report.json")
+    return json.loads(path.read_text())
+
 
 ENGINE_0110 = Engine("0.11.0", ".venv-engine", "engine-env")
 # vLLM 0.5.5 on the CPU needs nothing beyond COMMON_ENV: it finds the CPU platform from its own
@@ -197,6 +207,7 @@ __all__ = [
     "Server",
     "engine_env",
     "free_port",
+    "launch_report",
     "launcher_argv",
     "serve_argv_vanilla",
     "sys",

@@ -11,7 +11,7 @@ import pytest
 
 from common.triage import triage_file
 from tests.fixtures.factory import author_record, build
-from tests.engine import ENGINE_BIN, Server, engine_env, free_port, launcher_argv, serve_argv_vanilla
+from tests.engine import ENGINE_0110, ENGINE_BIN, Server, engine_env, free_port, serve_argv_vanilla
 
 pytestmark = [
     pytest.mark.e2e,
@@ -50,23 +50,12 @@ def test_vanilla_vllm_fails_on_transformers5_tokenizer(served_models, server, va
     assert triaged(srv.log_path) == code
 
 
-def serve_through_launcher(server, model: Path, work: Path, extra_args=()):
-    """Start the image's launcher on `model` and wait; returns (server, port, report.json)."""
-    port = free_port()
-    env = engine_env({"MODEL_DIR": str(model), "COMPAT_CARD": "nv-a100", "COMPAT_WORK_DIR": str(work)})
-    srv = server(launcher_argv(port) + list(extra_args), env, "launcher")
-    assert srv.wait_ready(), srv.log()[-3000:]
-    [report_path] = work.glob("run-*/report.json")
-    assert triaged(srv.log_path) == "unknown"  # a healthy start is claimed by no rule
-    return srv, port, json.loads(report_path.read_text())
-
-
 # R5 too: transformers 5 keeps rope_theta only inside rope_parameters.
 @pytest.mark.parametrize("variant, codes", [("v5-generic", ["R3", "R3b", "R5"]), ("v5-qwen2", ["R3", "R5"])])
-def test_launcher_serves_transformers5_model_with_authors_ids(served_models, server, tmp_path, variant, codes):
+def test_launcher_serves_transformers5_model_with_authors_ids(served_models, tmp_path, variant, codes, launched):
     model = served_models(variant)
     author = json.loads(Path(str(model) + ".author.json").read_text())
-    srv, _, report = serve_through_launcher(server, model, tmp_path / "work")
+    srv, report = launched(ENGINE_0110, "nv-a100", model, tmp_path / "work")
     assert [r["code"] for r in report["repairs"]] == codes and all(r["verified"] for r in report["repairs"])
     assert f"'tokenizer': '{report['args'][1]}'" in srv.log()  # vLLM really got the overlay
     chat_and_complete(srv, model)
@@ -75,11 +64,11 @@ def test_launcher_serves_transformers5_model_with_authors_ids(served_models, ser
     assert srv.token_ids(str(model), author["probe"]) == author["probe_ids"]
 
 
-def test_clean_model_gets_zero_args_and_serves(served_models, server, tmp_path):
+def test_clean_model_gets_zero_args_and_serves(served_models, tmp_path, launched):
     model = served_models("457-generic")
-    srv, port, report = serve_through_launcher(server, model, tmp_path / "work")
+    srv, report = launched(ENGINE_0110, "nv-a100", model, tmp_path / "work")
     assert report["args"] == [] and report["env"] == {} and report["repairs"] == []
-    assert f"[compat] exec vllm serve {model} --max-model-len 256 --port {port} --host 127.0.0.1" in srv.log()
+    assert f"[compat] exec vllm serve {model} --max-model-len 256 --port {srv.port} --host 127.0.0.1" in srv.log()
     chat_and_complete(srv, model)
 
 
@@ -110,7 +99,7 @@ def proof_models(tmp_path_factory):
     }
 
 
-def test_r2_chat_without_template_400_vanilla_200_through_launcher(served_models, server, tmp_path):
+def test_r2_chat_without_template_400_vanilla_200_through_launcher(served_models, server, tmp_path, launched):
     model = served_models("457-generic-notemplate")
     port = free_port()
     vanilla = server(serve_argv_vanilla(model, port), engine_env(), "vanilla")
@@ -121,14 +110,14 @@ def test_r2_chat_without_template_400_vanilla_200_through_launcher(served_models
     report.write_text(json.dumps({"request": "/v1/chat/completions", "status": status, "response": body}))
     assert triaged(report) == "R2"
     vanilla.stop()
-    srv, _, report = serve_through_launcher(server, model, tmp_path / "work")
+    srv, report = launched(ENGINE_0110, "nv-a100", model, tmp_path / "work")
     assert [r["code"] for r in report["repairs"]] == ["R2"] and report["args"][0] == "--chat-template"
     status, body = srv.chat(str(model))
     assert status == 200, body
     assert body["choices"][0]["message"]["role"] == "assistant"
 
 
-def test_r5_restores_rope_theta_greedy_tokens_match_transformers5(proof_models, served_models, server, tmp_path):
+def test_r5_restores_rope_theta_greedy_tokens_match_transformers5(proof_models, served_models, server, tmp_path, launched):
     model = proof_models["rope"]
     author = author_record(model)
     n = len(author["reference_tokens"])
@@ -140,13 +129,13 @@ def test_r5_restores_rope_theta_greedy_tokens_match_transformers5(proof_models, 
     assert vanilla.greedy_tokens(str(model), author["reference_prompt"], n) != author["reference_tokens"]
     vanilla.stop()
     assert triaged(vanilla.log_path) == "unknown"  # wrong tokens, and nothing in the log says so
-    srv, _, report = serve_through_launcher(server, model, tmp_path / "work", GREEDY)
+    srv, report = launched(ENGINE_0110, "nv-a100", model, tmp_path / "work", *GREEDY)
     [r5] = [r for r in report["repairs"] if r["code"] == "R5"]
     assert r5["hf_overrides"] == {"rope_theta": 1000000.0}
     assert srv.greedy_tokens(str(model), author["reference_prompt"], n) == author["reference_tokens"]
 
 
-def test_r4_canonical_class_greedy_tokens_match_transformers(proof_models, server, tmp_path):
+def test_r4_canonical_class_greedy_tokens_match_transformers(proof_models, server, tmp_path, launched):
     model = proof_models["arch"]
     author = author_record(model)
     port = free_port()
@@ -154,7 +143,7 @@ def test_r4_canonical_class_greedy_tokens_match_transformers(proof_models, serve
     assert vanilla.wait_ready() is False and vanilla.wait_exit() != 0
     assert "Model architectures ['TinyChatForCausalLM'] are not supported for now." in vanilla.log()
     assert triaged(vanilla.log_path) == "R4"
-    srv, _, report = serve_through_launcher(server, model, tmp_path / "work", GREEDY)
+    srv, report = launched(ENGINE_0110, "nv-a100", model, tmp_path / "work", *GREEDY)
     assert [r["code"] for r in report["repairs"]] == ["R4"]
     assert json.loads(report["args"][report["args"].index("--hf-overrides") + 1]) == {"architectures": ["LlamaForCausalLM"]}
     got = srv.greedy_tokens(str(model), author["reference_prompt"], len(author["reference_tokens"]))
@@ -174,7 +163,7 @@ def test_kv_cache_larger_than_memory_is_triaged_as_oom(served_models, server):
     assert verdict.code == "OOM" and "max-model-len" in verdict.fix
 
 
-def test_r3c_tokenizer_json_alone_vanilla_invents_a_bos_launcher_keeps_the_authors_ids(served_models, server, tmp_path):
+def test_r3c_tokenizer_json_alone_vanilla_invents_a_bos_launcher_keeps_the_authors_ids(served_models, server, tmp_path, launched):
     """An export with tokenizer.json and no tokenizer_config.json: 4.57 loads it as
     LlamaTokenizerFast, which invents `<s>` past the vocabulary and prepends it; vLLM serves that
     id (a padding row of its embedding) and answers 200. Nothing in the log says so."""
@@ -192,7 +181,7 @@ def test_r3c_tokenizer_json_alone_vanilla_invents_a_bos_launcher_keeps_the_autho
     assert status == 200 and answer["tokens"][1:] == truth and answer["tokens"][0] >= vocab_size
     vanilla.stop()
     assert triaged(vanilla.log_path) == "unknown"
-    srv, _, report = serve_through_launcher(server, model, tmp_path / "work")
+    srv, report = launched(ENGINE_0110, "nv-a100", model, tmp_path / "work")
     assert [r["code"] for r in report["repairs"]] == ["R3c"] and report["repairs"][0]["verified"] is True
     status, answer = srv.post("/tokenize", {"model": str(model), "prompt": "hello world"})
     assert status == 200 and answer["tokens"] == truth

@@ -100,17 +100,6 @@ def vanilla(server, model: Path, *extra: str) -> Server:
     return server(ENGINE.serve_argv_vanilla(model, free_port()) + list(extra), ENGINE.env(), "vanilla")
 
 
-def serve_through_launcher(server, model: Path, work: Path, extra_args=()):
-    """The image's launcher on `model`, run by the engine's Python; returns (server, report.json)."""
-    port = free_port()
-    env = ENGINE.env({"MODEL_DIR": str(model), "COMPAT_CARD": CARD, "COMPAT_WORK_DIR": str(work)})
-    srv = server(ENGINE.launcher_argv(port) + list(extra_args), env, "launcher")
-    assert srv.wait_ready(), srv.log()[-3000:]
-    [report_path] = work.glob("run-*/report.json")
-    assert triage_file(str(srv.log_path)).code == "unknown"  # a healthy start is claimed by no rule
-    return srv, json.loads(report_path.read_text())
-
-
 def served_name(report: dict, model: Path) -> str:
     """The model name requests use: the original path, also when a model view is served in its place."""
     args = report.get("args", [])
@@ -202,12 +191,12 @@ def test_vanilla_mixtral_with_explicit_head_dim_serves_transformers_tokens(bi100
 # ---- through the launcher (COMPAT_CARD=iluvatar-bi100) ----------------------------------------
 
 
-def test_launcher_serves_transformers5_model_with_authors_ids_and_tokens(bi100_models, server, tmp_path):
+def test_launcher_serves_transformers5_model_with_authors_ids_and_tokens(bi100_models, tmp_path, launched):
     """The tokenizer (R3, R3b) and the config (R5) of a transformers-5 model, on one server: chat
     and completions 200, the author's token ids, and transformers 5's greedy tokens."""
     model = bi100_models("v5")
     author = author_record(model)
-    srv, report = serve_through_launcher(server, model, tmp_path / "work", GREEDY)
+    srv, report = launched(ENGINE, CARD, model, tmp_path / "work", *GREEDY)
     codes = [r["code"] for r in report["repairs"]]
     assert {"R3", "R3b", "R5"} <= set(codes) and all(r["verified"] for r in report["repairs"]), report
     name = served_name(report, model)
@@ -225,9 +214,9 @@ def test_launcher_serves_transformers5_model_with_authors_ids_and_tokens(bi100_m
     )
 
 
-def test_launcher_chat_without_template_200(bi100_models, server, tmp_path):
+def test_launcher_chat_without_template_200(bi100_models, tmp_path, launched):
     model = bi100_models("notemplate")
-    srv, report = serve_through_launcher(server, model, tmp_path / "work")
+    srv, report = launched(ENGINE, CARD, model, tmp_path / "work")
     assert "R2" in [r["code"] for r in report["repairs"]]
     status, body = srv.chat(served_name(report, model))
     assert status == 200, body
@@ -239,12 +228,12 @@ def test_launcher_chat_without_template_200(bi100_models, server, tmp_path):
     assert "dtype=torch.bfloat16" in srv.log() and "Downcasting torch.float32 to torch.bfloat16." in srv.log()
 
 
-def test_launcher_serves_a_renamed_class_through_a_model_view(bi100_models, server, tmp_path):
+def test_launcher_serves_a_renamed_class_through_a_model_view(bi100_models, tmp_path, launched):
     """vLLM 0.5.5 has no --hf-overrides: R4 serves a model view whose config.json names the
     canonical class; the greedy tokens equal those of the same weights under that class."""
     model = bi100_models("renamed-ref")
     author = author_record(model)
-    srv, report = serve_through_launcher(server, model, tmp_path / "work", GREEDY)
+    srv, report = launched(ENGINE, CARD, model, tmp_path / "work", *GREEDY)
     [r4] = report["repairs"]
     assert r4["code"] == "R4" and r4["verified"] is True and r4["config_edits"] == {"architectures": ["LlamaForCausalLM"]}
     view = Path(report["view"]["path"])
@@ -257,12 +246,12 @@ def test_launcher_serves_a_renamed_class_through_a_model_view(bi100_models, serv
     assert status == 200, body
 
 
-def test_launcher_writes_the_null_head_dim_through_a_model_view(bi100_models, server, tmp_path):
+def test_launcher_writes_the_null_head_dim_through_a_model_view(bi100_models, tmp_path, launched):
     """H2: transformers 4.55.4 saved `"head_dim": null`; the view's config.json holds 64 and the
     Mixtral serves with transformers' own greedy tokens."""
     model = bi100_models("mixtral")
     author = author_record(model)
-    srv, report = serve_through_launcher(server, model, tmp_path / "work", GREEDY)
+    srv, report = launched(ENGINE, CARD, model, tmp_path / "work", *GREEDY)
     assert [r["code"] for r in report["repairs"]] == ["H2"] and report["repairs"][0]["verified"] is True
     assert json.loads((Path(report["model_path"]) / "config.json").read_text())["head_dim"] == 64
     got = srv.greedy_tokens(str(model), author["reference_prompt"], len(author["reference_tokens"]), ids_in_request=False)
@@ -297,9 +286,9 @@ def test_the_plan_says_before_start_that_qwen3_needs_a_newer_engine(bi100_models
     assert doctor.returncode == 1 and "verdict: this model will fail on iluvatar-bi100" in doctor.stdout
 
 
-def test_launcher_clean_model_gets_zero_args_and_serves(bi100_models, server, tmp_path):
+def test_launcher_clean_model_gets_zero_args_and_serves(bi100_models, tmp_path, launched):
     model = bi100_models("clean")  # saved by the card's own transformers 4.55.4
-    srv, report = serve_through_launcher(server, model, tmp_path / "work")
+    srv, report = launched(ENGINE, CARD, model, tmp_path / "work")
     assert report["args"] == [] and report["env"] == {} and report["repairs"] == [], report
     assert f"[compat] exec vllm serve {model} --max-model-len 256 --port {srv.port} --host 127.0.0.1" in srv.log()
     status, body = srv.chat(str(model))

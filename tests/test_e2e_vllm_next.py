@@ -54,21 +54,11 @@ def test_vanilla_0110_refuses_the_new_architecture(gemma4, server):
     assert triage_file(str(srv.log_path)).code == "CONFIG"  # "needs a newer engine"
 
 
-def serve_through_launcher(server, model: Path, work: Path, *extra: str):
-    """The nv-a100@next image's launcher (COMPAT_CARD=nv-a100@next) on `model`; (server, report)."""
-    port = free_port()
-    env = ENGINE_NEXT.env({"MODEL_DIR": str(model), "COMPAT_CARD": "nv-a100@next", "COMPAT_WORK_DIR": str(work)})
-    srv = server(ENGINE_NEXT.launcher_argv(port) + list(extra), env, "launcher-next")
-    assert srv.wait_ready(), srv.log()[-3000:]
-    [report] = work.glob("run-*/report.json")
-    return srv, json.loads(report.read_text())
-
-
-def test_newest_engine_serves_it_with_transformers5_greedy_ids(gemma4, server, tmp_path):
+def test_newest_engine_serves_it_with_transformers5_greedy_ids(gemma4, tmp_path, launched):
     """Through the nv-a100@next launcher: nothing to repair, and the engine's own Gemma4 class
     gives transformers 5's greedy tokens."""
     author = author_record(gemma4)
-    srv, report = serve_through_launcher(server, gemma4, tmp_path / "work", *GREEDY)
+    srv, report = launched(ENGINE_NEXT, "nv-a100@next", gemma4, tmp_path / "work", *GREEDY, name="launcher-next")
     assert report["card"] == "nv-a100@next" and report["repairs"] == [] and report["args"] == [] and report["env"] == {}
     assert "Resolved architecture: Gemma4ForCausalLM" in srv.log()  # vLLM's own class, not a fallback
     status, body = srv.chat(str(gemma4))
@@ -80,10 +70,10 @@ def test_newest_engine_serves_it_with_transformers5_greedy_ids(gemma4, server, t
 
 
 @pytest.mark.parametrize("variant", ["v5-generic", "v5-qwen2"])
-def test_transformers5_models_serve_untouched(served_models, server, variant, tmp_path):
+def test_transformers5_models_serve_untouched(served_models, variant, tmp_path, launched):
     """The profile decides: on a transformers-5 engine R3, R3b and R5 find nothing to repair."""
     model = served_models(variant)
-    srv, report = serve_through_launcher(server, model, tmp_path / "work")
+    srv, report = launched(ENGINE_NEXT, "nv-a100@next", model, tmp_path / "work", name="launcher-next")
     assert report["repairs"] == [] and report["args"] == [] and report["env"] == {}, report
     status, body = srv.chat(str(model))
     assert status == 200, body
