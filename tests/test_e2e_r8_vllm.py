@@ -22,7 +22,7 @@ import pytest
 
 from common.rules.r8_fused_experts import PLUGIN_DIR
 from common.triage import triage_file
-from tests.engine import ENGINE_0110, ENGINES, Server, free_port
+from tests.engine import ENGINE_0110, ENGINES, free_port
 from tests.fixtures.factory import author_record, build
 
 pytestmark = [
@@ -60,15 +60,10 @@ def test_vanilla_vllm_0_11_dies_on_fused_experts_and_triage_says_r8(models, serv
     assert triage_file(str(vanilla.log_path)).code == "R8"
 
 
-def test_launcher_serves_fused_experts_with_transformers5_greedy_tokens(models, server, tmp_path):
+def test_launcher_serves_fused_experts_with_transformers5_greedy_tokens(models, launched, tmp_path):
     model = models["mixtral", "fused"]
     author = author_record(model)
-    work = tmp_path / "work"
-    port = free_port()
-    env = ENGINE_0110.env({"MODEL_DIR": str(model), "COMPAT_CARD": "nv-a100", "COMPAT_WORK_DIR": str(work)})
-    srv: Server = server(ENGINE_0110.launcher_argv(port) + GREEDY, env, "launcher")
-    assert srv.wait_ready(), srv.log()[-3000:]
-    [report] = [json.loads(p.read_text()) for p in work.glob("run-*/report.json")]
+    srv, report = launched(ENGINE_0110, "nv-a100", model, tmp_path / "work", *GREEDY)
     [r8] = [r for r in report["repairs"] if r["code"] == "R8"]
     assert r8["verified"] is True and report["env"]["COMPAT_FUSED_EXPERTS"] == "mixtral"
     assert report["env"]["PYTHONPATH"].split(":")[0] == PLUGIN_DIR
@@ -80,7 +75,6 @@ def test_launcher_serves_fused_experts_with_transformers5_greedy_tokens(models, 
     assert "compat_weights: split 4 fused expert tensors into per-expert weights (layout mixtral)" in log
     got = srv.greedy_tokens(str(model), author["reference_prompt"], len(author["reference_tokens"]))
     assert got == author["reference_tokens"]
-    assert triage_file(str(srv.log_path)).code == "unknown"  # a healthy start is claimed by no rule
 
 
 def original_tensors(model: Path) -> dict:

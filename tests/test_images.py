@@ -178,11 +178,11 @@ def test_iluvatar_steps_on_the_real_vllm_0_5_5_engine_and_a_vendor_tree(tmp_path
 
 
 def test_a_profile_baked_without_vllm_never_invents_its_facts(tmp_path):
-    """Baked where no vLLM is installed (transformers 4.55 alone): the engine facts are unknown."""
+    """Baked where no vLLM is installed (transformers alone: the dev venv's 4.57): the engine facts are unknown."""
     from compat_build.image_steps.bake_profile import profile_json
     from compat_build.profiles import card_json, take_snapshot
 
-    snap = take_snapshot(str(VENVS["4.55"] / "bin" / "python"))
+    snap = take_snapshot(str(VENVS["4.57"] / "bin" / "python"))
     profile = profile_json(card_json(manifest.load().cards["iluvatar-bi100"]), snap)
     engine = profile["engine"]
     assert engine["architectures"] is None and engine["engine_args"] is None and engine["quantization_methods"] is None
