@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from .helpers import model_dir, preflight_json, tree_digest
+from .helpers import model_dir, preflight_json, run_common, tree_digest
 
 
 @pytest.fixture(autouse=True)
@@ -165,6 +165,15 @@ def test_missing_tokenizer_config_user_tokenizer_is_left_alone(models, env_for_t
     assert plan["repairs"] == [] and plan["args"] == []
     [finding] = [f for f in plan["findings"] if f["code"] == "R3c"]
     assert finding["severity"] == "warning" and "own --tokenizer" in finding["message"]
+
+
+def test_doctor_says_starts_with_r3c_verified_by_the_engines_transformers(models, env_for_tests, tmp_path):
+    model = without_tokenizer_config(models, tmp_path)
+    result = run_common(["doctor", str(model), "--card", "nv-a100", "--json"], env_for_tests)
+    data = json.loads(result.stdout)
+    assert result.returncode == 0 and data["verdict"] == "starts", data
+    [repair] = [r for r in data["repairs"] if r["code"] == "R3c"]
+    assert repair["verified"] is True and "ids match" in repair["verification"], repair
 
 
 def test_tiktoken_unknown_class_is_a_finding(tmp_path, env_for_tests):
