@@ -34,6 +34,10 @@ ITEM_COST = 56  # a short str object (49+ bytes) and its slot
 # Metadata nests a handful of levels; a value nested deeper is refused, so that nothing that
 # walks or prints it later (JSON writers, repr in messages) can hit the recursion limit.
 MAX_JSON_DEPTH = 64
+# A Hugging Face hub cache repo (models--org--name): snapshots/REV/* link to blobs/SHA.
+HUB_REPO_PREFIXES = ("models--",)
+HUB_SNAPSHOTS = "snapshots"
+HUB_BLOBS = "blobs"
 # Git-LFS pointer files are ~130 bytes and start with this line.
 LFS_POINTER_PREFIX = b"version https://git-lfs.github.com/spec/"
 LFS_POINTER_MAX = 1024
@@ -123,12 +127,24 @@ def _escape_lone_surrogates(value: Any) -> Tuple[Any, int]:
     return fixed, count
 
 
+def _hub_blobs(real: str) -> Optional[str]:
+    """The `blobs` directory of a Hugging Face hub cache repo when `real` is one of its snapshots
+    (`models--org--name/snapshots/REV`, each file a link to `../../blobs/SHA`), else None. Those
+    links are the model's own files: a model run from a local hub cache must read as it serves."""
+    snapshots = os.path.dirname(real)
+    repo = os.path.dirname(snapshots)
+    if os.path.basename(snapshots) != HUB_SNAPSHOTS or not os.path.basename(repo).startswith(HUB_REPO_PREFIXES):
+        return None
+    return os.path.join(repo, HUB_BLOBS)
+
+
 class ModelDir:
     """Read-only facts of one model directory. Results are cached: each file is read once."""
 
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)
         self._real = os.path.realpath(self.path)
+        self._blobs = _hub_blobs(self._real)
         self._json: Dict[str, Tuple[Any, Optional[Problem]]] = {}
         self._names: Optional[List[str]] = None
         self.problems: List[Problem] = []
@@ -171,6 +187,7 @@ class ModelDir:
         if stat.S_ISLNK(lst.st_mode):
             target = os.path.realpath(full)
             inside = target == self._real or target.startswith(self._real + os.sep)
+            inside = inside or (self._blobs is not None and target.startswith(self._blobs + os.sep))
             if not os.path.exists(target):
                 return FileState(name, True, False, problem=Problem(name, "is a dangling symlink"))
             if not inside:

@@ -7,7 +7,7 @@ import pytest
 
 from common.modeldir import JSON_MEMORY_CAP, JSON_SIZE_CAP, JSON_SIZE_CAPS, MAX_JSON_DEPTH, ModelDir, memory_cost
 
-from .helpers import model_dir, tree_digest
+from .helpers import model_dir, preflight_json, tree_digest
 
 LFS_POINTER = (
     b"version https://git-lfs.github.com/spec/v1\n"
@@ -66,6 +66,26 @@ def test_dangling_symlink_and_symlink_out_of_model(tmp_path):
     assert m.json_object("config.json") == {}
     assert "leaves the model directory" in m.problems[0].reason
     assert m.json_object("alias.json") == {"x": 1}  # a link inside the model is fine
+
+
+def test_a_hub_cache_snapshot_reads_its_blobs_and_nothing_else_outside(tmp_path):
+    """A model run from a local Hugging Face cache: snapshots/REV/config.json -> ../../blobs/SHA."""
+    repo = tmp_path / "hub" / "models--acme--tiny"
+    blobs = model_dir(repo / "blobs", {"sha-config": {"model_type": "llama"}})
+    snapshot = repo / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    os.symlink(os.path.join("..", "..", "blobs", "sha-config"), snapshot / "config.json")
+    outside = model_dir(tmp_path / "elsewhere", {"secret.json": {"y": 2}})
+    os.symlink(outside / "secret.json", snapshot / "tokenizer_config.json")
+    m = ModelDir(str(snapshot))
+    assert m.json_object("config.json") == {"model_type": "llama"}
+    assert m.json_object("tokenizer_config.json") == {}
+    assert "leaves the model directory" in m.state("tokenizer_config.json").problem.reason
+    # The same layout under a name that is not a hub repo is not trusted.
+    other = tmp_path / "plain" / "snapshots" / "rev"
+    other.mkdir(parents=True)
+    os.symlink(blobs / "sha-config", other / "config.json")
+    assert "leaves the model directory" in ModelDir(str(other)).state("config.json").problem.reason
 
 
 def test_oversized_json_is_not_read(tmp_path):
@@ -158,3 +178,17 @@ def test_lone_surrogates_are_carried_as_escapes_and_reported(tmp_path):
 def test_valid_surrogate_pairs_are_no_problem(tmp_path):
     m = ModelDir(str(model_dir(tmp_path, {"tokenizer_config.json": b'{"eos_token": "\\ud83d\\ude00"}'})))
     assert m.json_object("tokenizer_config.json") == {"eos_token": "\U0001f600"} and m.problems == []
+
+
+def test_a_hub_cache_snapshot_gets_the_plan_of_the_same_files_in_a_plain_directory(models, env_for_tests, tmp_path):
+    source = models("v5-generic")
+    repo = tmp_path / "hub" / "models--acme--tiny-v5"
+    snapshot = repo / "snapshots" / "0123abc"
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for i, path in enumerate(sorted(source.iterdir())):
+        (repo / "blobs" / f"sha{i}").write_bytes(path.read_bytes())
+        os.symlink(os.path.join("..", "..", "blobs", f"sha{i}"), snapshot / path.name)
+    plain, cached = preflight_json(source, env=env_for_tests), preflight_json(snapshot, env=env_for_tests)
+    assert [r["code"] for r in cached["repairs"]] == [r["code"] for r in plain["repairs"]] == ["R3", "R3b", "R5"]
+    assert all(r["verified"] for r in cached["repairs"]) and not [f for f in cached["findings"] if f["code"] == "INPUT"]
