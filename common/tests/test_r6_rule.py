@@ -19,7 +19,7 @@ from common.rules.base import Context
 from common.rules.r6_processor_files import LEGACY_FILES, RULE, legacy_class, legacy_files
 from common.triage import triage_file
 
-from .helpers import ROOT, model_dir, preflight_json, tree_digest
+from .helpers import ROOT, model_dir, preflight_json, run_common, tree_digest
 
 ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
 ENGINE055_PYTHON = ROOT / ".venv-engine055" / "bin" / "python"  # iluvatar-bi100's transformers 4.55
@@ -195,6 +195,22 @@ def test_bi100s_transformers_4_55_fails_on_the_model_and_loads_the_view(tmp_path
     model_dir(tokenizer_ok, {"tokenizer_config.json": {"tokenizer_class": "PreTrainedTokenizerFast"}})
     [verdict] = run_checks([{"kind": "processor", "path": str(tokenizer_ok)}], dict(env, COMPAT_ENGINE_PYTHON=str(ENGINE055_PYTHON)))
     assert verdict.ok is False and "does not appear to have a file named preprocessor_config.json" in verdict.reason
+
+
+@pytest.mark.skipif(not ENGINE055_PYTHON.exists(), reason="no .venv-engine055: run `make engine055-env`")
+def test_doctor_on_bi100_starts_with_r6_and_the_nested_r5_verified_by_4_55(tmp_path, env):
+    """doctor with the BI-100 engine's Python: the legacy processor files and the text_config's
+    rope_theta (which 4.55 would lose) both reach the engine through one verified view."""
+    text_config = dict(CONFIG["text_config"], rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+    model = llava(tmp_path, **{"config.json": dict(CONFIG, text_config=text_config)})
+    doctor_env = dict(env, COMPAT_ENGINE_PYTHON=str(ENGINE055_PYTHON), COMPAT_SKIP="R2,R9")  # R5 on here
+    result = run_common(["doctor", str(model), "--card", "iluvatar-bi100", "--json"], doctor_env)
+    data = json.loads(result.stdout)
+    assert result.returncode == 0 and data["verdict"] == "starts", data
+    verified = {r["code"]: r["verified"] for r in data["repairs"]}
+    assert verified["R6"] is True and verified["R5"] is True, data["repairs"]
+    [r5] = repairs(data, "R5")
+    assert r5["config_edits"]["text_config"]["rope_theta"] == 1000000.0
 
 
 @pytest.mark.skipif(not ENGINE055_PYTHON.exists(), reason="no .venv-engine055: run `make engine055-env`")
