@@ -80,7 +80,8 @@ def token_for_id(tokenizer_json: Dict[str, Any], token_id: Any) -> Optional[str]
     [piece, score] for Unigram). None when the id is not an integer or not there."""
     if isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0:
         return None
-    for added in tokenizer_json.get("added_tokens") or []:
+    added_tokens = tokenizer_json.get("added_tokens")
+    for added in added_tokens if isinstance(added_tokens, list) else []:
         if isinstance(added, dict) and added.get("id") == token_id and isinstance(added.get("content"), str):
             return added["content"]
     model = tokenizer_json.get("model")

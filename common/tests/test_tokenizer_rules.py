@@ -188,3 +188,21 @@ def test_tiktoken_unknown_class_is_a_finding(tmp_path, env_for_tests):
     assert plan["repairs"] == []
     [finding] = [f for f in plan["findings"] if f["code"] == "R3b"]
     assert finding["severity"] == "error" and "tiktoken" in finding["message"]
+
+
+@pytest.mark.parametrize(
+    "tokenizer_json, token_id, text",
+    [
+        ({"added_tokens": [{"id": 7, "content": "<x>"}], "model": {"vocab": {"<x>": 3}}}, 7, "<x>"),  # added first
+        ({"model": {"type": "Unigram", "vocab": [["<unk>", 0.0], ["a", -1.0]]}}, 1, "a"),
+        ({"model": {"vocab": {"a": True, "b": 1}}}, 1, "b"),  # a boolean is not an id
+        ({"added_tokens": 5, "model": 3}, 0, None),  # wrong types anywhere: no text, no exception
+        ({"added_tokens": "abc", "model": {"vocab": [[], "x", [1]]}}, 1, None),
+        ({"model": {"vocab": {"a": 0}}}, True, None),
+        ({"model": {"vocab": {"a": 0}}}, -1, None),
+    ],
+)
+def test_token_for_id_reads_what_tokenizer_json_holds_and_never_raises(tokenizer_json, token_id, text):
+    from common.tokenizer_files import token_for_id
+
+    assert token_for_id(tokenizer_json, token_id) == text
