@@ -10,7 +10,8 @@ tokenizer_config.json the author's library would have: PreTrainedTokenizerFast (
 own pre- and post-processing, no class defaults) and the special tokens from
 special_tokens_map.json when the model has one, else from config.json's (or
 generation_config.json's) token ids looked up in tokenizer.json. It is kept only when it loads
-with the ids tokenizer.json gives.
+with the ids tokenizer.json gives. An engine on transformers 5 reads tokenizer.json alone as
+written and gets nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from typing import Any, Dict, List
 
 CLASS = "PreTrainedTokenizerFast"
+# The class an engine's transformers reads a bare tokenizer.json with when it has it (transformers 5).
+GENERIC_BACKEND = "TokenizersBackend"
 # tokenizer_config.json key <- the config.json / generation_config.json id that names it.
 SPECIAL_IDS = (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"), ("pad_token", "pad_token_id"))
 ID_SOURCES = ("config.json", "generation_config.json")
@@ -41,6 +44,10 @@ class MissingTokenizerConfig(Rule):
 
     def check(self, ctx: Context) -> Outcome:
         if ctx.facts.get("tokenizer_kind") != "fast" or ctx.model.state("tokenizer_config.json").exists:
+            return Outcome()
+        if ctx.profile.knows_tokenizer_class(GENERIC_BACKEND):
+            # transformers 5 (the @next engines) loads tokenizer.json alone through its generic
+            # backend, as written: no class defaults, nothing invented. Seen with 5.19.
             return Outcome()
         reason = tokenizer_hands_off(ctx)
         if reason:

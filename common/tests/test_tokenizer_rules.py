@@ -136,6 +136,14 @@ def test_missing_tokenizer_config_is_written_from_the_models_ids(models, env_for
     assert not (model / "tokenizer_config.json").exists()  # the model is never written
 
 
+def test_missing_tokenizer_config_on_a_transformers5_engine_gets_nothing(models, env_for_tests, tmp_path):
+    """transformers 5.19 (nv-a100@next) loads tokenizer.json alone as written ([388, 367] for
+    "hello world", no invented <s>): the model is clean there and gets no argument."""
+    model = without_tokenizer_config(models, tmp_path)
+    plan = preflight_json(model, "nv-a100@next", env=env_for_tests)
+    assert [r for r in plan["repairs"] if r["code"] == "R3c"] == [] and "--tokenizer" not in plan["args"]
+
+
 def test_missing_tokenizer_config_with_special_tokens_map_names_the_class_only(models, env_for_tests, tmp_path):
     model = without_tokenizer_config(models, tmp_path, keep_special_tokens_map=True)
     plan = preflight_json(model, env=env_for_tests)
