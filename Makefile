@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CARD   ?= nv-a100
 
-.PHONY: help venv author-env engine-env engine055-env engine-next-env upstream-src envs demo test test-fast fuzz fixtures bench profiles profiles-check render build release-check lint clean
+.PHONY: help venv author-env engine-env engine055-env engine-next-env upstream-src envs base-images images demo test test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
 
 help:
 	@echo "make demo        build an example broken model and show what the $(CARD) image would do"
@@ -17,6 +17,8 @@ help:
 	@echo "make profiles    regenerate common/profiles/*.json from build_matrix.toml and the engine venvs"
 	@echo "make render      build contexts of every card into build/<card>/ (and cards/*/task_info.env)"
 	@echo "make build CARD=nv-a100   build a card image with Docker (CARD=all for every card)"
+	@echo "make images     every card image built on local stand-ins of the vendor bases (starts a Docker daemon if none answers)"
+	@echo "make bench-images         image size, rebuild and container start figures"
 	@echo "make release-check        every step of the v* release workflow except push and register"
 	@echo "make lint        ruff, ruff format, vermin (runtime stays Python 3.10), shellcheck, hadolint, actionlint"
 	@echo "make fixtures    regenerate the committed fixture models (tests/fixtures/models)"
@@ -38,6 +40,19 @@ upstream-src: venv
 	@$(PY) scripts/fetch_upstream.py
 envs: venv author-env engine-env engine055-env engine-next-env upstream-src
 
+# A Docker daemon for the command after it: the one that answers, or one started for that command
+# alone (scripts/with-docker.sh says how).
+WITH_DOCKER := scripts/with-docker.sh
+
+# Local stand-ins for the cards' vendor base images (envs/bases/bases.toml): a Debian root
+# filesystem plus each engine venv, made once per spec in the daemon.
+base-images: venv engine-env engine055-env engine-next-env
+	@$(WITH_DOCKER) $(PY) -m compat_build.local_bases
+
+# Every card image of the matrix, built on those bases as `make build` builds on the vendor's.
+images: venv engine-env engine055-env engine-next-env
+	@$(WITH_DOCKER) $(PY) -m compat_build.images
+
 demo: venv author-env
 	@$(PY) scripts/demo.py --card $(CARD)
 
@@ -45,10 +60,10 @@ demo: venv author-env
 # run is minutes shorter than one after the other.
 test:
 	@$(MAKE) --no-print-directory -j4 envs
-	$(PY) -m pytest
+	@$(WITH_DOCKER) sh -c '$(PY) -m compat_build.images && $(PY) -m pytest'
 
 test-fast: venv author-env upstream-src
-	$(PY) -m pytest -m "not e2e"
+	$(PY) -m pytest -m "not e2e and not images"
 
 # The committed fixture models the unit tests read, made again by their authors' transformers.
 fixtures: venv author-env
@@ -61,6 +76,9 @@ bench: venv
 	@$(PY) scripts/bench.py
 	@$(PY) scripts/bench_moe.py
 	@$(PY) scripts/bench_triage.py
+
+bench-images: venv engine-env engine055-env engine-next-env
+	@$(WITH_DOCKER) $(PY) scripts/bench_images.py
 
 profiles: venv engine-env engine055-env engine-next-env
 	$(PY) -m compat_build.profiles

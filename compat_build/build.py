@@ -2,8 +2,11 @@
 
 Renders the card's context first (compat_build.render), builds it with the manifest's base image
 (override: --base-image or BASE_IMAGE), streams the build's progress, and tags it per the manifest
-(`[release] image` + version). Expected failures end in one sentence and exit 1, never a
-traceback: no Docker daemon, a base image that cannot be pulled, a failing step (its log shown).
+(`[release] image` + version). A base the daemon already has is used as it is (made locally, or
+`docker load`ed from a vendor's tarball, as vendor images reach an air-gapped cluster); only a
+missing one is pulled. Expected failures end in one sentence and exit 1, never a traceback: no
+Docker daemon, a base image that cannot be pulled (named as asked for), a failing step (its log
+shown).
 """
 
 import argparse
@@ -52,10 +55,11 @@ def build_card(client, card: manifest_mod.Card, tag: str, buildargs: Dict[str, s
     from requests.exceptions import RequestException
 
     context = render_card(card, BUILD_DIR)
+    base = buildargs.get("BASE_IMAGE") or card.base_image
     log: List[str] = []
     step = ""
     try:
-        stream = client.api.build(path=context, tag=tag, buildargs=buildargs, pull=True, rm=True, forcerm=True, decode=True)
+        stream = client.api.build(path=context, tag=tag, buildargs=buildargs, pull=False, rm=True, forcerm=True, decode=True)
         image_id = None
         for chunk in stream:
             if "stream" in chunk:
@@ -70,9 +74,9 @@ def build_card(client, card: manifest_mod.Card, tag: str, buildargs: Dict[str, s
             if "aux" in chunk and "ID" in chunk["aux"]:
                 image_id = chunk["aux"]["ID"]
             if "error" in chunk:
-                raise BuildFailed(_explain(card, chunk["error"], step, log))
+                raise BuildFailed(_explain(card, base, chunk["error"], step, log))
     except APIError as exc:
-        raise BuildFailed(_explain(card, exc.explanation or str(exc), step, log))
+        raise BuildFailed(_explain(card, base, exc.explanation or str(exc), step, log))
     except (RequestException, ValueError) as exc:
         raise BuildFailed(f"{card.name}: the Docker daemon's answer could not be read ({_first_line(exc)}); last step: {step or 'none'}")
     if image_id is None:
@@ -80,7 +84,7 @@ def build_card(client, card: manifest_mod.Card, tag: str, buildargs: Dict[str, s
     return image_id
 
 
-def _explain(card: manifest_mod.Card, error: str, step: str, log: List[str]) -> str:
+def _explain(card: manifest_mod.Card, base: str, error: str, step: str, log: List[str]) -> str:
     error = error.strip()
     lowered = error.lower()
     if any(
@@ -95,7 +99,7 @@ def _explain(card: manifest_mod.Card, error: str, step: str, log: List[str]) -> 
             "unauthorized",
         )
     ) and (not step or ": FROM " in step):
-        return f"{card.name}: the base image {card.base_image} cannot be pulled ({error}); log in to its registry or pass --base-image"
+        return f"{card.name}: the base image {base} is not on this daemon and cannot be pulled ({error}); log in to its registry, `docker load` it, or pass --base-image"
     tail = "".join(log[-LOG_TAIL:]).rstrip()
     return f"{card.name}: build step failed: {step or 'before the first step'}: {error}\n--- last lines of the step's log ---\n{tail}"
 

@@ -107,23 +107,23 @@ ENGINE_NEXT = Engine("0.32.0", ".venv-engine-next", "engine-next-env", serve_arg
 ENGINES = {engine.version: engine for engine in (ENGINE_0110, ENGINE_055, ENGINE_NEXT)}
 
 
-class Server:
-    """One `vllm serve`, started by argv, with its whole log kept for assertions."""
+class Endpoint:
+    """The OpenAI-compatible HTTP API of one vLLM on 127.0.0.1:port, whatever started it (a
+    process here, or a container on the host network: tests/images/containers.py)."""
 
-    def __init__(self, argv: List[str], env: Dict[str, str], log: Path, port: int) -> None:
-        self.port = port
-        self.log_path = log
-        self._log = open(log, "w")
-        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=str(ROOT), start_new_session=True)
+    port: int
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        raise NotImplementedError
+
+    def running(self) -> bool:
+        raise NotImplementedError
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> bool:
-        """True once /health answers 200; False when the process exited first."""
+        """True once /health answers 200; False when vLLM exited first."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+            if not self.running():
                 return False
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
@@ -134,8 +134,12 @@ class Server:
             time.sleep(1)
         raise TimeoutError(f"vLLM did not become ready in {timeout}s; log tail:\n{self.log()[-3000:]}")
 
-    def wait_exit(self, timeout: float = START_TIMEOUT_S) -> int:
-        return self.proc.wait(timeout=timeout)
+    def get(self, path: str) -> Tuple[int, dict]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
 
     def post(self, path: str, body: dict) -> Tuple[int, dict]:
         req = urllib.request.Request(
@@ -180,6 +184,25 @@ class Server:
         assert status == 200, answer
         return answer["tokens"]
 
+
+class Server(Endpoint):
+    """One `vllm serve`, started by argv, with its whole log kept for assertions."""
+
+    def __init__(self, argv: List[str], env: Dict[str, str], log: Path, port: int) -> None:
+        self.port = port
+        self.log_path = log
+        self._log = open(log, "w")
+        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=str(ROOT), start_new_session=True)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_exit(self, timeout: float = START_TIMEOUT_S) -> int:
+        return self.proc.wait(timeout=timeout)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -203,6 +226,7 @@ __all__ = [
     "ENGINE_055",
     "ENGINE_NEXT",
     "ENGINE_BIN",
+    "Endpoint",
     "Engine",
     "Server",
     "engine_env",

@@ -298,7 +298,7 @@ def test_unpullable_base_image_is_named():
     ]
     result, _ = build_with(chunks, "nv-a100")
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert "the base image harbor.4pd.io/dooke/vllm/vllm/vllm-openai:v0.11.0 cannot be pulled" in result.stderr
+    assert "the base image harbor.4pd.io/dooke/vllm/vllm/vllm-openai:v0.11.0 is not on this daemon and cannot be pulled" in result.stderr
 
 
 def workflow():

@@ -1,0 +1,153 @@
+"""The image tier (`pytest -m images`): the card images built by a real Docker daemon on the local
+stand-in bases, and run as the platform runs them.
+
+Every test here is marked `images`. Without a daemon (`make test` starts one when none answers:
+scripts/with-docker.sh) the tier skips, saying why; under CI (CI=true) it fails instead, so a
+CI run can never pass without having built and run the images.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+from tests.images.containers import TrackedContainers
+from tests.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+# Every image of a release: the cards' default engines and their variants.
+CARDS = ["hygon-k100", "iluvatar-bi100", "nv-a100", "nv-a100@next"]
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.images)
+
+
+def _unavailable(reason: str):
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"the image tier cannot run under CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    """The daemon at DOCKER_HOST (or the default socket)."""
+    try:
+        import docker
+        from docker.errors import DockerException
+    except ImportError:
+        _unavailable("the docker Python package is missing: run `make venv`")
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except DockerException as exc:
+        _unavailable(f"no Docker daemon answers ({str(exc).splitlines()[0]}): run the tier through `make test` or scripts/with-docker.sh")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def images(docker_client) -> Dict[str, Dict[str, str]]:
+    """{card: {"tag", "id", "base"}}: every image of the matrix, built (or found up to date in the
+    daemon's build cache) by compat_build.images, the code path of `make images`."""
+    from compat_build import images as images_mod
+    from compat_build.build import BuildFailed
+    from compat_build.local_bases import BaseError
+
+    try:
+        return images_mod.build_all()
+    except (BuildFailed, BaseError) as exc:
+        pytest.fail(f"the images could not be built: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def containers(docker_client, tmp_path):
+    """Start containers by name (`containers.run(name, image, command, ...)`); all are removed
+    after the test, their logs kept in tmp_path/<name>.log."""
+    tracked = TrackedContainers(docker_client, tmp_path)
+    yield tracked
+    tracked.remove_all()
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory):
+    """A real registry (Debian's docker-registry, distribution 2.x) on 127.0.0.1: its address."""
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        subprocess.run([str(ROOT / "scripts" / "apt-install.sh"), "docker-registry"], check=False)
+        binary = shutil.which("docker-registry")
+    if binary is None:
+        _unavailable("docker-registry is not installed (Debian's docker-registry package)")
+    root = tmp_path_factory.mktemp("registry")
+    port = free_port()
+    config = root / "config.yml"
+    config.write_text(
+        "version: 0.1\n"
+        "log: {level: warn}\n"
+        f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}, delete: {{enabled: true}}}}\n"
+        f"http: {{addr: 127.0.0.1:{port}}}\n"
+    )
+    log = open(root / "registry.log", "w")
+    proc = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    address = f"127.0.0.1:{port}"
+    import time
+    import urllib.request
+
+    for _ in range(100):
+        try:
+            with urllib.request.urlopen(f"http://{address}/v2/", timeout=1) as answer:
+                if answer.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail(f"the registry did not answer on {address}: {(root / 'registry.log').read_text()[-2000:]}")
+    yield address
+    proc.terminate()
+    proc.wait(timeout=30)
+    log.close()
+
+
+@pytest.fixture(scope="session")
+def image_models(tmp_path_factory):
+    """Models made by code for the containers, readable by the platform's uid (the container runs
+    as a user that owns nothing on this machine)."""
+    from tests.fixtures.factory import build
+
+    base = Path(tempfile.mkdtemp(prefix="image-models-"))
+    os.chmod(base, 0o755)
+    made: Dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            if name == "v5-greedy":  # transformers 5's save, with the author's greedy tokens
+                made[name] = build("v5", "generic", base / name, "--initializer-range", "0.1", "--reference-tokens", "16")
+            elif name == "457-generic":  # saved by the nv-a100 engine's transformers: nothing to repair
+                made[name] = build("457", "generic", base / name)
+            else:
+                raise KeyError(name)
+            for directory, _, files in os.walk(made[name]):
+                os.chmod(directory, 0o755)
+                for file in files:
+                    os.chmod(os.path.join(directory, file), 0o644)
+        return made[name]
+
+    yield get
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def python_module(*args: str, env=None) -> subprocess.CompletedProcess:
+    """`python -m MODULE ARGS` of this checkout, as the workflow's steps run them."""
+    full = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", *args], cwd=str(ROOT), env=full, capture_output=True, text=True, timeout=1800)
