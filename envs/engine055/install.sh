@@ -4,7 +4,8 @@
 # e2e suite sees what vanilla 0.5.5 does with a model and what the launcher's repairs change.
 # Run by scripts/make-venv.sh with PY (the venv's python, 3.10) and VENV set. The order matters:
 # 1. numa.h: the CPU extension (csrc/cpu) includes it. Debian's libnuma-dev is installed when it
-#    is missing and this runs as root; otherwise the build stops and says what to install.
+#    is missing and this runs as root (through scripts/apt-install.sh, so that it never collides
+#    with another install of the project's); otherwise the build stops and says what to install.
 # 2. pyairports stand-in before any pip run (pyairports_stub.py says why: PyPI's is a placeholder).
 # 3. torch 2.4.0, transformers 4.55.4, build tools and the sdist's requirements-common.txt in one
 #    resolve, every version held by constraints.txt.
@@ -26,13 +27,10 @@ source_entry=vllm-0_5_5
 
 # 1. numa.h
 if ! echo '#include <numa.h>' | "${CXX:-c++}" -E -x c++ - >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        echo "engine055: numa.h missing; installing Debian's libnuma-dev"
-        apt-get install -y -q libnuma-dev >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q libnuma-dev >/dev/null; }
-    else
+    "$root/scripts/apt-install.sh" libnuma-dev || {
         echo "engine055: numa.h not found: install libnuma-dev (Debian/Ubuntu; numactl-devel on Fedora) as root, then rerun" >&2
         exit 1
-    fi
+    }
 fi
 
 # 2. pyairports stand-in

@@ -8,6 +8,7 @@ CI run can never pass without having built and run the images.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -56,18 +57,31 @@ def docker_client():
     client.close()
 
 
-@pytest.fixture(scope="session")
-def images(docker_client) -> Dict[str, Dict[str, str]]:
-    """{card: {"tag", "id", "base"}}: every image of the matrix, built (or found up to date in the
-    daemon's build cache) by compat_build.images, the code path of `make images`."""
-    from compat_build import images as images_mod
-    from compat_build.build import BuildFailed
-    from compat_build.local_bases import BaseError
+class BuiltImages:
+    """card -> {"tag", "id", "base"}, each image built on first use (or found up to date in the
+    daemon's build cache) by compat_build.images, the code path of `make images`: a run of one
+    card's tests builds that card alone."""
 
-    try:
-        return images_mod.build_all()
-    except (BuildFailed, BaseError) as exc:
-        pytest.fail(f"the images could not be built: {exc}", pytrace=False)
+    def __init__(self) -> None:
+        self.built: Dict[str, Dict[str, str]] = {}
+
+    def __getitem__(self, card: str) -> Dict[str, str]:
+        if card not in self.built:
+            from compat_build import images as images_mod
+            from compat_build.build import BuildFailed
+            from compat_build.local_bases import BaseError
+
+            log = io.StringIO()  # the build's progress; its tail is in BuildFailed's message
+            try:
+                self.built.update(images_mod.build_all([card], log=log))
+            except (BuildFailed, BaseError) as exc:
+                pytest.fail(f"the {card} image could not be built: {exc}", pytrace=False)
+        return self.built[card]
+
+
+@pytest.fixture(scope="session")
+def images(docker_client) -> BuiltImages:
+    return BuiltImages()
 
 
 @pytest.fixture

@@ -1,0 +1,111 @@
+"""Models served from inside the images, the way the platform runs them: the model read-only at
+/model, a uid the image does not know, a read-only root with a tmpfs for the work dir, host
+networking, the platform's `vllm serve` arguments after the image name.
+
+A model saved by transformers 5 is served with its author's greedy tokens through each image's
+own entrypoint (the preflight's repairs), and fails the way the vanilla engine does with
+COMPAT_DISABLE=1; a clean model gets exactly `vllm serve /model ARGS` and the environment the
+container was given (red line 3), checked on the process vLLM runs as.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from common.selftest import SHELL_VARS
+from common.triage import triage_file
+from compat_build import manifest
+from tests.engine import ENGINES, COMMON_ENV
+from tests.fixtures.factory import author_record
+from tests.images.containers import platform_run_kwargs
+from tests.images.test_every_image import TRANSFORMERS5_REPAIRS
+from tests.ports import free_port
+
+# The platform's arguments in these runs: a small context for the CPU engines, float32 for the
+# greedy proof (the author's reference comes from transformers' generate in float32), and what
+# each engine generation needs to hand back token ids (0.5.5 only by a server flag).
+GREEDY_ARGS = {"0.5.5": ["--return-tokens-as-token-ids"]}
+# A model vanilla vLLM of each generation refuses, saved by transformers 5: what it says.
+VANILLA_REFUSAL = "Tokenizer class TokenizersBackend does not exist or is not currently imported."
+
+
+def triaged(tmp_path, log: str) -> str:
+    path = tmp_path / "container.log"
+    path.write_text(log)
+    return triage_file(str(path)).code
+
+
+def engine_of(card: str):
+    return ENGINES[manifest.load().cards[card].vllm]
+
+
+def platform_args(card: str, port: int) -> list:
+    engine = engine_of(card)
+    return [*engine.serve_args_for(port), "--dtype", "float32", *GREEDY_ARGS.get(engine.version, [])]
+
+
+def start(containers, images, card: str, model, name: str, env=None):
+    port = free_port()
+    container = containers.run(name, images[card]["tag"], platform_args(card, port), port, **platform_run_kwargs(model, env))
+    return container, port
+
+
+@pytest.mark.parametrize("card", ["iluvatar-bi100", "nv-a100", "nv-a100@next"])
+def test_a_transformers5_model_is_served_with_its_authors_greedy_tokens(images, containers, image_models, card, tmp_path):
+    model = image_models("v5-greedy")
+    author = author_record(model)
+    before = {p.name: p.stat().st_mtime_ns for p in model.iterdir()}
+    srv, _ = start(containers, images, card, model, "served")
+    assert srv.wait_ready(), srv.log()[-4000:]
+    status, listed = srv.get("/v1/models")
+    assert status == 200 and [m["id"] for m in listed["data"]] == ["/model"], listed
+    status, body = srv.chat("/model")
+    assert status == 200 and body["choices"][0]["message"]["role"] == "assistant", body
+    status, body = srv.complete("/model")
+    assert status == 200 and body["choices"][0]["text"], body
+    ids_in_request = engine_of(card).version != "0.5.5"
+    got = srv.greedy_tokens("/model", author["reference_prompt"], len(author["reference_tokens"]), ids_in_request)
+    assert got == author["reference_tokens"]
+    log = srv.log()
+    assert "[compat] exec vllm serve /model" in log
+    assert triaged(tmp_path, log) == "unknown", log[-3000:]  # a healthy start is claimed by no rule
+    # The root is read-only and /model too: the plan's report is in the tmpfs work dir, and the
+    # model is as it was.
+    status, text = srv.exec("sh", "-c", "cat /tmp/compat-*/report.json")
+    report = json.loads(text)
+    assert status == 0 and report["card"] == card and report["model_dir"] == "/model"
+    assert {r["code"] for r in report["repairs"]} == TRANSFORMERS5_REPAIRS[card]
+    assert {p.name: p.stat().st_mtime_ns for p in model.iterdir()} == before
+
+
+@pytest.mark.parametrize("card", ["iluvatar-bi100", "nv-a100"])
+def test_compat_disable_fails_the_way_the_vanilla_engine_does(images, containers, image_models, card, tmp_path):
+    srv, _ = start(containers, images, card, image_models("v5-greedy"), "disabled", {"COMPAT_DISABLE": "1"})
+    assert srv.wait_exit() != 0
+    log = srv.log()
+    assert "[compat] COMPAT_DISABLE=1: starting vLLM untouched" in log and VANILLA_REFUSAL in log
+    assert triaged(tmp_path, log) == "R3b"
+
+
+def test_a_clean_model_gets_exactly_vllm_serve_model_args(images, containers, image_models):
+    """Saved by the engine's own transformers: the process the container runs is `vllm serve
+    /model` with the platform's arguments and nothing else, in the environment it was given."""
+    card = "nv-a100"
+    srv, port = start(containers, images, card, image_models("457-generic"), "clean")
+    assert srv.wait_ready(), srv.log()[-4000:]
+    status, cmdline = srv.exec("cat", "/proc/1/cmdline")
+    argv = cmdline.rstrip("\0").split("\0")
+    assert status == 0 and argv[argv.index("serve") - 1].endswith("/vllm")
+    assert argv[argv.index("serve") :] == ["serve", "/model", *platform_args(card, port)]
+    status, environ = srv.exec("cat", "/proc/1/environ")
+    # What the process sees, less what the entrypoint's bash maintains itself and the HOSTNAME
+    # Docker gives every container; the rest is the image's and the platform's, untouched.
+    seen = dict(item.split("=", 1) for item in environ.rstrip("\0").split("\0"))
+    seen = {k: v for k, v in seen.items() if k not in SHELL_VARS | {"HOSTNAME"}}
+    given = dict(item.split("=", 1) for item in srv.container.attrs["Config"]["Env"])
+    assert seen == given and not any(key.startswith("COMPAT_") for key in seen)
+    assert {k: seen[k] for k in COMMON_ENV} == COMMON_ENV
+    assert "[compat] no repairs needed" in srv.log()
+
