@@ -66,7 +66,7 @@ test-fast: venv author-env upstream-src
 	$(PY) -m pytest -m "not e2e and not images"
 
 # The committed fixture models the unit tests read, made again by their authors' transformers.
-fixtures: venv author-env
+fixtures: venv author-env engine055-env
 	@$(PY) -m tests.fixtures.committed
 
 fuzz: venv

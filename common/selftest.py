@@ -14,6 +14,9 @@ container would exec:
                 (report.json), and on an engine older than transformers 5 the plan holds a
                 verified tokenizer overlay (R3/R3b)
   457-generic   the clean model gets nothing: `vllm serve MODEL ARGS` and the environment as given
+  (455-generic)  (a model is clean only for an engine that reads its files as written: one saved
+                by transformers 4.57 writes `dtype`, which the BI-100 engine's 4.55 does not read,
+                so an engine that reads only `torch_dtype` gets the one saved by 4.55)
   models        the bundled models were not written (red line 1)
 
 One line per check (`ok   NAME: detail` or `FAIL NAME: detail`); exit 1 when any check fails.
@@ -52,7 +55,9 @@ ENTRYPOINT = os.path.join(HOME, "entrypoint.sh")
 BOOTSTRAP = os.path.join(PACKAGE, "bootstrap.py")
 MODELS = os.path.join(HOME, "selftest", "models")
 TRANSFORMERS5_MODEL = "v5-generic"
-CLEAN_MODEL = "457-generic"
+# The clean model of an engine, by whether its transformers reads config.json's `dtype` (the
+# profile's reads.dtype): saved by 4.57 (`dtype`), or by 4.55 (`torch_dtype` only).
+CLEAN_MODELS = {True: "457-generic", False: "455-generic"}
 # What the platform passes after the image name.
 PLATFORM_ARGS = ["--port", "8000", "--served-model-name", "selftest"]
 # Variables bash itself maintains; a shell between the platform and vLLM may change them.
@@ -283,8 +288,12 @@ def check_transformers5_model(checks: Checks, profile: Optional[Any], scratch: s
     )
 
 
-def check_clean_model(checks: Checks, scratch: str) -> None:
-    name = CLEAN_MODEL
+def clean_model(profile: Optional[Any]) -> str:
+    """The bundled model that is clean for this engine (457-generic where the profile is unknown)."""
+    return CLEAN_MODELS[getattr(profile, "reads_dtype_key", None) is not False]
+
+
+def check_clean_model(checks: Checks, name: str, scratch: str) -> None:
     model = os.path.join(MODELS, name)
     env, called, work, log = run_entrypoint(model, scratch, name)
     if called is None:
@@ -316,15 +325,16 @@ def run(expected_card: Optional[str], quiet: bool) -> Checks:
     check_python(checks)
     check_import(checks)
     profile = check_profile(checks, expected_card)
-    missing = [n for n in (TRANSFORMERS5_MODEL, CLEAN_MODEL) if not os.path.isdir(os.path.join(MODELS, n))]
+    clean = clean_model(profile)
+    missing = [n for n in (TRANSFORMERS5_MODEL, clean) if not os.path.isdir(os.path.join(MODELS, n))]
     if missing:
         checks.add("models", False, f"{', '.join(missing)} missing under {MODELS} (the build bundles them)")
         return checks
-    before = {n: tree_digest(os.path.join(MODELS, n)) for n in (TRANSFORMERS5_MODEL, CLEAN_MODEL)}
+    before = {n: tree_digest(os.path.join(MODELS, n)) for n in (TRANSFORMERS5_MODEL, clean)}
     scratch = tempfile.mkdtemp(prefix="compat-selftest-")
     try:
         check_transformers5_model(checks, profile, scratch)
-        check_clean_model(checks, scratch)
+        check_clean_model(checks, clean, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     changed = [n for n, d in before.items() if tree_digest(os.path.join(MODELS, n)) != d]
