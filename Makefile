@@ -19,7 +19,7 @@ help:
 	@echo "make build CARD=nv-a100   build a card image with Docker (CARD=all for every card)"
 	@echo "make images     every card image built on local stand-ins of the vendor bases (starts a Docker daemon if none answers)"
 	@echo "make bench-images         image size, rebuild and container start figures"
-	@echo "make release-check        every step of the v* release workflow except push and register"
+	@echo "make release-check        every step of the v* release workflow except push and register (BASES=local: on the local bases)"
 	@echo "make lint        ruff, ruff format, vermin (runtime stays Python 3.10), shellcheck, hadolint, actionlint"
 	@echo "make fixtures    regenerate the committed fixture models (tests/fixtures/models)"
 
@@ -93,8 +93,9 @@ render: venv
 build: venv
 	@$(PY) -m compat_build.build $(CARD)
 
+# BASES=local builds on the local stand-ins of the vendor bases (no vendor registry reachable).
 release-check: venv
-	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m compat_build.release check
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m compat_build.release check $(if $(filter local,$(BASES)),--local-bases)
 
 # The linters and their settings are defined once, in compat_build/lint.py (the tests and the
 # release check run the same ones).

@@ -44,6 +44,16 @@ def docker_client():
         )
 
 
+def transport_errors() -> tuple:
+    """What talking to a daemon can raise besides its own answers: requests' errors, and urllib3's
+    where the SDK reads a streamed answer (a build's or a push's log) from the raw response, as
+    when the daemon dies in the middle of one."""
+    from requests.exceptions import RequestException
+    from urllib3.exceptions import HTTPError
+
+    return (RequestException, HTTPError)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
@@ -52,7 +62,6 @@ def _first_line(exc: BaseException) -> str:
 def build_card(client, card: manifest_mod.Card, tag: str, buildargs: Dict[str, str], out=sys.stdout) -> str:
     """Build one rendered context; returns the image id. Streams progress to `out`."""
     from docker.errors import APIError
-    from requests.exceptions import RequestException
 
     context = render_card(card, BUILD_DIR)
     base = buildargs.get("BASE_IMAGE") or card.base_image
@@ -77,7 +86,7 @@ def build_card(client, card: manifest_mod.Card, tag: str, buildargs: Dict[str, s
                 raise BuildFailed(_explain(card, base, chunk["error"], step, log))
     except APIError as exc:
         raise BuildFailed(_explain(card, base, exc.explanation or str(exc), step, log))
-    except (RequestException, ValueError) as exc:
+    except (*transport_errors(), ValueError) as exc:
         raise BuildFailed(f"{card.name}: the Docker daemon's answer could not be read ({_first_line(exc)}); last step: {step or 'none'}")
     if image_id is None:
         raise BuildFailed(f"{card.name}: the daemon ended the build without an image; log above")

@@ -245,7 +245,9 @@ def framework(manifest: Manifest, name: str) -> str:
 
 def image_ref(manifest: Manifest, card: str, version: str) -> str:
     """registry/repository:tag of a card's image for a release version (a v* tag, or "dev");
-    a variant `nv-a100@next` has the repository of `nv-a100-next`."""
+    a variant `nv-a100@next` has the repository of `nv-a100-next`. COMPAT_RELEASE_REGISTRY, where
+    set, stands for `[release] registry` (a staging mirror, or the tests' registry on 127.0.0.1)."""
     name = manifest.cards[card].image_name if card in manifest.cards else card
-    repository = manifest.release["image"].format(registry=manifest.release["registry"], card=name)
+    registry = os.environ.get("COMPAT_RELEASE_REGISTRY") or manifest.release["registry"]
+    repository = manifest.release["image"].format(registry=registry, card=name)
     return f"{repository}:{version}"

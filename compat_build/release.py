@@ -7,7 +7,7 @@ usage: python -m compat_build.release matrix
        python -m compat_build.release push CARD VERSION --tested FILE           (prints NAME@sha256:...)
        python -m compat_build.release register CARD IMAGE_REF [--tag VERSION]
        python -m compat_build.release summary CARD [--report FILE] [--ref REF] [--tag VERSION]
-       python -m compat_build.release check          (make release-check)
+       python -m compat_build.release check [--local-bases]   (make release-check [BASES=local])
 
 The image job is build -> selftest -> push -> register, as in jupyter/docker-stacks: the built
 image runs its own self-test (`docker run --rm IMAGE selftest`, common/selftest.py: its entrypoint
@@ -19,7 +19,8 @@ Platform calls read MODELHUB_TOKEN (a CI secret) and MODELHUB_API (default: buil
 api_base). `check` runs every step of the workflow except push and register: manifest, task_info
 files, rendering of every card, hadolint and COPY sources, shellcheck, actionlint, then the
 platform's validate when MODELHUB_TOKEN is set, and a build and the self-test of every card when
-a Docker daemon is reachable; what it cannot do on this machine it says it skipped, and why.
+a Docker daemon is reachable (on the vendor bases, or with --local-bases on their local stand-ins:
+compat_build.local_bases); what it cannot do on this machine it says it skipped, and why.
 """
 
 import argparse
@@ -130,7 +131,8 @@ def selftest(client, card: str, image_ref: str, report_path: str = "", out=sys.s
     returns the report (written to `report_path` too, passed or not); raises GateFailed unless
     every check passed in an image labelled for `card`."""
     from docker.errors import DockerException
-    from requests.exceptions import RequestException
+
+    from .build import transport_errors
 
     api = client.api
     report: Dict[str, Any] = {
@@ -168,13 +170,13 @@ def selftest(client, card: str, image_ref: str, report_path: str = "", out=sys.s
         status = api.wait(container, timeout=SELFTEST_TIMEOUT_S).get("StatusCode")
         stdout = api.logs(container, stdout=True, stderr=False).decode("utf-8", "replace")
         stderr = api.logs(container, stdout=False, stderr=True).decode("utf-8", "replace")
-    except (DockerException, RequestException) as exc:
+    except (DockerException, *transport_errors()) as exc:
         return done(f"the container could not be run ({_first_line(exc)})")
     finally:
         if container is not None:
             try:
                 api.remove_container(container, force=True)
-            except (DockerException, RequestException):
+            except (DockerException, *transport_errors()):
                 pass
     result = _selftest_output(stdout)
     if result is None:
@@ -210,7 +212,8 @@ def push(client, card: str, image_ref: str, tested: Dict[str, Any], out=sys.stde
     """Push `image_ref` if and only if it is the image that passed the self-test (`tested`: the
     gate's report); returns what to register: `repository@sha256:...` of the pushed manifest."""
     from docker.errors import DockerException
-    from requests.exceptions import RequestException
+
+    from .build import transport_errors
 
     if not tested.get("passed") or tested.get("card") != card or tested.get("image") != image_ref:
         raise GateFailed(f"{card}: {image_ref} has no passed self-test ({tested.get('problem') or 'no report for it'}); not pushed")
@@ -233,7 +236,7 @@ def push(client, card: str, image_ref: str, tested: Dict[str, Any], out=sys.stde
         if not digest:  # a daemon that does not say it in the stream: what it recorded for the push
             digests = api.inspect_image(image_ref).get("RepoDigests") or []
             digest = next((d.split("@", 1)[1] for d in digests if d.startswith(repository + "@")), "")
-    except (DockerException, RequestException) as exc:
+    except (DockerException, *transport_errors()) as exc:
         raise GateFailed(f"{card}: push of {image_ref} failed ({_first_line(exc)})") from None
     if not digest.startswith("sha256:"):
         raise GateFailed(f"{card}: the registry did not report a digest for {image_ref}; not registered")
@@ -280,7 +283,7 @@ def copy_sources_missing(context: str) -> List[str]:
     return missing
 
 
-def check(out_dir: str) -> int:
+def check(out_dir: str, local_bases: bool = False) -> int:
     from .render import render_card
 
     failures: List[str] = []
@@ -328,10 +331,19 @@ def check(out_dir: str) -> int:
         print(f"skip docker build and self-test (the release gate, `docker run --rm IMAGE selftest`): {exc}")
         skipped.append("docker build and self-test (no Docker daemon)")
     else:
-        for name in manifest_mod.card_names(manifest):
+        args: Dict[str, Dict[str, str]] = {name: {} for name in manifest_mod.card_names(manifest)}
+        if local_bases:  # no vendor registry here: each card on the local stand-in of its base
+            from .local_bases import BaseError, card_bases
+
+            try:
+                args = {card: {"BASE_IMAGE": base} for card, base in card_bases(out=sys.stdout).items()}
+            except BaseError as exc:
+                step("local bases", False, str(exc))
+                args = {}
+        for name in args:
             tag = manifest_mod.image_ref(manifest, name, "release-check")
             try:
-                build_card(client, manifest.cards[name], tag, {})
+                build_card(client, manifest.cards[name], tag, args[name])
                 step(f"{name}: docker build", True)
             except BuildFailed as exc:
                 step(f"{name}: docker build", False, str(exc))
@@ -380,6 +392,9 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     m.add_argument("--tag", default="")
     c = sub.add_parser("check", help="every workflow step except push and register, locally")
     c.add_argument("--out", default=BUILD_DIR)
+    c.add_argument(
+        "--local-bases", action="store_true", help="build on the local stand-ins of the vendor bases (make base-images), not the vendor's"
+    )
     opts = parser.parse_args(list(argv) if argv is not None else None)
     try:
         manifest = manifest_mod.load()
@@ -405,7 +420,7 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
             report = read_report(opts.report) if opts.report and os.path.exists(opts.report) else None
             print(summary(opts.card, report, opts.ref, opts.tag), end="")
         else:
-            return check(opts.out)
+            return check(opts.out, opts.local_bases)
     except (manifest_mod.ManifestError, PlatformError, GateFailed, OSError) as exc:
         print(f"release {opts.command}: {exc}", file=sys.stderr)
         return 1

@@ -5,7 +5,6 @@ import filecmp
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,13 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.patching import BACKUP_SUFFIX
 from compat_build import manifest, release, render, task_info
-from compat_build.patches.l1_special_tokens_list import MARKER as L1_MARKER
-from tests.docker_api import DockerAPI
-from tests.dockerfile_steps import HOME, run_steps
+from tests.docker_api import DROP, DockerAPI
+from compat_build.render import HOME
 from tests.ports import free_port
-from tests.test_library_patches import ENGINE, VENVS, shadow_package
+from tests.test_library_patches import VENVS
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every image of a release: the cards' default engines and their variants.
@@ -81,102 +78,6 @@ def test_rendered_context_is_complete_and_lint_clean(tmp_path, card):
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
-def profile_of(image_root: Path, card: str):
-    home = image_root / HOME.lstrip("/")
-    return json.loads((home / "common" / "profiles" / f"{card}.json").read_text()), (
-        home / "common" / "profiles" / "IMAGE_CARD"
-    ).read_text().strip()
-
-
-def assert_steps_passed(results):
-    failed = [(line, out) for line, rc, out in results if rc != 0]
-    assert not failed, failed
-
-
-def nv_a100_image(tmp_path):
-    """The nv-a100 Dockerfile's steps run on the vLLM 0.11.0 engine venv; (results, image home)."""
-    ctx = rendered(tmp_path / "build", "nv-a100")
-    shadow_package(ENGINE, "vllm", "v1/attention/backends/triton_attn.py", tmp_path / "site")
-    results = run_steps(ctx, tmp_path / "image", str(ENGINE / "bin" / "python"), str(tmp_path / "site"))
-    return results, tmp_path / "image" / HOME.lstrip("/")
-
-
-def test_nv_a100_steps_on_the_real_vllm_0_11_engine(tmp_path):
-    """L2's check on the real triton_attn.py, and the profile baked from the engine itself equals
-    the committed one (which `make profiles` made from the same packages)."""
-    results, _ = nv_a100_image(tmp_path)
-    assert_steps_passed(results)
-    assert any("L2 check passed:" in out for _, _, out in results)
-    profile, image_card = profile_of(tmp_path / "image", "nv-a100")
-    assert image_card == "nv-a100"
-    assert profile == json.loads((ROOT / "common" / "profiles" / "nv-a100.json").read_text())
-
-
-def test_the_built_layout_starts_a_model_through_its_entrypoint(tmp_path, models, fake_vllm):
-    """The image's own files: entrypoint.sh -> bootstrap -> launcher with the baked profile (no
-    COMPAT_CARD: the image's card), repairs, then exec vLLM with the platform's arguments."""
-    results, home = nv_a100_image(tmp_path)
-    assert_steps_passed(results)
-    script, called = fake_vllm
-    model = models("v5-qwen2")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPAT_") and k != "PYTHONPATH"}
-    env.update(
-        PATH=f"{script.parent}{os.pathsep}{env['PATH']}",
-        MODEL_DIR=str(model),
-        COMPAT_HOME=str(home),
-        COMPAT_PYTHON=str(ENGINE / "bin" / "python"),
-        COMPAT_WORK_DIR=str(tmp_path / "work"),
-    )
-    proc = subprocess.run(["bash", str(home / "entrypoint.sh"), "--port", "8000"], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    argv = called()["argv"]
-    assert argv[1:4] == ["serve", str(model), "--tokenizer"] and argv[-2:] == ["--port", "8000"]
-    [report] = (tmp_path / "work").glob("run-*/report.json")
-    assert json.loads(report.read_text())["card"] == "nv-a100"
-    assert "PYTHONPATH" not in called()["env"]
-
-
-def test_hygon_steps_patch_the_real_transformers_4_57(tmp_path):
-    ctx = rendered(tmp_path / "build", "hygon-k100")
-    target = shadow_package(ENGINE, "transformers", "tokenization_utils_base.py", tmp_path / "site")
-    shadow_package(ENGINE, "vllm", "v1/attention/backends/triton_attn.py", tmp_path / "site")
-    results = run_steps(ctx, tmp_path / "image", str(ENGINE / "bin" / "python"), str(tmp_path / "site"))
-    assert_steps_passed(results)
-    assert L1_MARKER in target.read_text() and Path(str(target) + BACKUP_SUFFIX).exists()
-    profile, _ = profile_of(tmp_path / "image", "hygon-k100")
-    assert profile["engine"]["architectures"] and profile["attention"]["head_size_policy"] == "flash-attn-pa-env"
-
-
-ENGINE055 = ROOT / ".venv-engine055"
-
-
-@pytest.mark.skipif(not (ENGINE055 / "bin" / "python").exists(), reason="needs .venv-engine055: run `make engine055-env`")
-def test_iluvatar_steps_on_the_real_vllm_0_5_5_engine_and_a_vendor_tree(tmp_path):
-    """L1 on the engine's transformers 4.55.4, L3 into an ixformer tree, and the profile baked
-    from the engine itself equals the committed one (which `make profiles` made from it)."""
-    ctx = rendered(tmp_path / "build", "iluvatar-bi100")
-    site = tmp_path / "site"
-    target = shadow_package(ENGINE055, "transformers", "tokenization_utils_base.py", site)
-    functions = site / "ixformer" / "functions"
-    functions.mkdir(parents=True)
-    (site / "ixformer" / "__init__.py").write_text("")
-    (functions / "__init__.py").write_text("")
-    results = run_steps(ctx, tmp_path / "image", str(ENGINE055 / "bin" / "python"), str(site))
-    assert_steps_passed(results)
-    assert L1_MARKER in target.read_text()
-    assert (functions / "gelu_tanh_and_mul.py").is_file()
-    assert "from .gelu_tanh_and_mul import *" in (functions / "__init__.py").read_text()
-    profile, image_card = profile_of(tmp_path / "image", "iluvatar-bi100")
-    assert image_card == "iluvatar-bi100"
-    committed = json.loads((ROOT / "common" / "profiles" / "iluvatar-bi100.json").read_text())
-    # The one difference is L1's doing, and the profile says so: the image's transformers reads a
-    # list of extra_special_tokens (the repo's profile is made from the unpatched engine).
-    assert committed["engine"]["reads"]["extra_special_tokens_list"] is False
-    assert profile["engine"]["reads"].pop("extra_special_tokens_list") is True
-    committed["engine"]["reads"].pop("extra_special_tokens_list")
-    assert profile == committed
-
-
 def test_a_profile_baked_without_vllm_never_invents_its_facts(tmp_path):
     """Baked where no vLLM is installed (transformers alone: the dev venv's 4.57): the engine facts are unknown."""
     from compat_build.image_steps.bake_profile import profile_json
@@ -188,15 +89,6 @@ def test_a_profile_baked_without_vllm_never_invents_its_facts(tmp_path):
     assert engine["architectures"] is None and engine["engine_args"] is None and engine["quantization_methods"] is None
     assert engine["transformers_backend"] is None and engine["head_dim_none_fallback"] is None
     assert engine["serve_config_file"] is None and engine["reads"]["rope_parameters"] is False
-
-
-def test_a_failing_patch_step_stops_the_build(tmp_path):
-    """A required patch on a library without its anchor (transformers 5) fails its RUN step."""
-    ctx = rendered(tmp_path / "build", "hygon-k100")
-    shadow_package(VENVS["5"], "transformers", "tokenization_utils_base.py", tmp_path / "site")
-    results = run_steps(ctx, tmp_path / "image", str(VENVS["5"] / "bin" / "python"), str(tmp_path / "site"))
-    line, rc, out = results[-1]
-    assert rc == 1 and "apply_patches" in line and "L1 FAILED" in out and "anchor missing" in out
 
 
 def test_task_info_files_agree_with_the_manifest(tmp_path):
@@ -242,63 +134,6 @@ def test_build_without_a_daemon_says_so_in_one_sentence():
 def test_build_unknown_card_names_the_known_ones():
     result = python_module("compat_build.build", "mystery-x1")
     assert result.returncode == 1 and "unknown card 'mystery-x1'" in result.stderr and "nv-a100" in result.stderr
-
-
-def build_with(chunks, *args):
-    api = DockerAPI(chunks)
-    try:
-        result = python_module("compat_build.build", *args, env={"DOCKER_HOST": api.url})
-    finally:
-        api.close()
-    return result, api.builds
-
-
-def test_build_streams_tags_and_sends_the_rendered_context():
-    chunks = [
-        {"stream": "Step 1/12 : ARG BASE_IMAGE=x\n"},
-        {"stream": " ---> abc\n"},
-        {"aux": {"ID": "sha256:feed"}},
-        {"stream": "Successfully built feed\n"},
-    ]
-    result, builds = build_with(chunks, "iluvatar-bi100", "--version", "v1.2.3", "--revision", "abc123")
-    assert result.returncode == 0, result.stderr
-    assert "Step 1/12 : ARG BASE_IMAGE=x" in result.stdout
-    assert "built harbor.4pd.io/enginex-compat/vllm-compat-iluvatar-bi100:v1.2.3" in result.stdout
-    [build] = builds
-    assert build["query"]["t"] == "harbor.4pd.io/enginex-compat/vllm-compat-iluvatar-bi100:v1.2.3"
-    assert json.loads(build["query"]["buildargs"]) == {"VERSION": "v1.2.3", "REVISION": "abc123"}
-    assert "Dockerfile" in build["names"] and "patches/ixformer_ops/gelu_tanh_and_mul.py" in build["names"]
-    assert "runtime/common/launch.py" in build["names"]
-    assert "FROM ${BASE_IMAGE}" in build["dockerfile"]
-
-
-def test_build_base_image_override():
-    result, builds = build_with([{"aux": {"ID": "sha256:1"}}], "nv-a100", "--base-image", "local/vllm:test")
-    assert result.returncode == 0 and json.loads(builds[0]["query"]["buildargs"])["BASE_IMAGE"] == "local/vllm:test"
-
-
-def test_failing_step_shows_its_log_without_a_traceback():
-    chunks = [
-        {"stream": "Step 1/12 : ARG BASE_IMAGE=x\n"},
-        {"stream": "Step 6/12 : RUN PYTHONPATH=/opt/enginex-compat python3 -m compat_build.image_steps.apply_patches L1\n"},
-        {"stream": "L1 FAILED: transformers.tokenization_utils_base: anchor missing\n"},
-        {"error": "The command '/bin/sh -c ...' returned a non-zero code: 1"},
-    ]
-    result, _ = build_with(chunks, "hygon-k100")
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert "hygon-k100: build step failed: Step 6/12" in result.stderr
-    assert "L1 FAILED: transformers.tokenization_utils_base: anchor missing" in result.stderr
-
-
-def test_unpullable_base_image_is_named():
-    chunks = [
-        {"stream": "Step 1/12 : ARG BASE_IMAGE=x\n"},
-        {"stream": "Step 2/12 : FROM ${BASE_IMAGE}\n"},
-        {"error": "pull access denied for harbor.4pd.io/dooke/vllm/vllm/vllm-openai, repository does not exist"},
-    ]
-    result, _ = build_with(chunks, "nv-a100")
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert "the base image harbor.4pd.io/dooke/vllm/vllm/vllm-openai:v0.11.0 is not on this daemon and cannot be pulled" in result.stderr
 
 
 def workflow():
@@ -442,171 +277,18 @@ def test_release_validate_and_register_against_a_local_platform(platform):
         assert TOKEN not in result.stdout + result.stderr
 
 
-# The release gate: build -> selftest -> push -> register, driven through the real docker SDK
-# against the Docker API stand-in, whose containers are a built layout's own entrypoint.
+# The push of a tested image where the daemon's stream says something a real daemon and registry
+# here cannot be made to say: the Docker API stand-in (tests/docker_api.py).
 
 VERSION = "v9.9.9"
 REF = manifest.image_ref(manifest.load(), "nv-a100", VERSION)
 REPOSITORY = REF.rsplit(":", 1)[0]
 IMAGE_ID = "sha256:" + "1" * 64
 DIGEST = "sha256:" + "d" * 64
-PUSHED = [
-    {"status": f"The push refers to repository [{REPOSITORY}]"},
-    {"status": "Preparing", "progressDetail": {}, "id": "5f70bf18a086"},
-    {"status": "Pushed", "progressDetail": {}, "id": "5f70bf18a086"},
-    {"status": f"{VERSION}: digest: {DIGEST} size: 1234"},
-    {"progressDetail": {}, "aux": {"Tag": VERSION, "Digest": DIGEST, "Size": 1234}},
-]
-
-
-@pytest.fixture(scope="module")
-def built_nv_a100(tmp_path_factory):
-    """The nv-a100 image's files (its Dockerfile's steps on the real vLLM 0.11.0 engine venv),
-    made once; tests that break it work on a copy."""
-    results, home = nv_a100_image(tmp_path_factory.mktemp("nv-a100-image"))
-    assert_steps_passed(results)
-    return home
-
-
-def image_copy(home: Path, tmp_path: Path) -> Path:
-    dest = tmp_path / "image" / HOME.lstrip("/")
-    shutil.copytree(home, dest, symlinks=True)
-    return dest
-
-
-def container_runner(home: Path):
-    """`docker run IMAGE CMD...` of the layout: its ENTRYPOINT exec'd (as the exec form is) with
-    the command, on the image's Python (the engine venv's), with nothing of this checkout around."""
-
-    def run(image, command):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("COMPAT_") and k not in ("PYTHONPATH", "VIRTUAL_ENV", "MODEL_DIR")}
-        env.update(COMPAT_HOME=str(home), COMPAT_PYTHON=str(ENGINE / "bin" / "python"), HF_HUB_OFFLINE="1")
-        proc = subprocess.run([str(home / "entrypoint.sh"), *command], env=env, capture_output=True, cwd="/", timeout=900)
-        return proc.returncode, proc.stdout, proc.stderr
-
-    return run
-
-
-def docker_with(home: Path, label: str = "nv-a100") -> DockerAPI:
-    return DockerAPI(
-        [], runner=container_runner(home), push_chunks=PUSHED, images={REF: {"Id": IMAGE_ID, "Labels": {"io.enginex.card": label}}}
-    )
 
 
 def release_step(api: DockerAPI, *args):
     return python_module("compat_build.release", *args, env={"DOCKER_HOST": api.url})
-
-
-def test_users_run_the_selftest_with_the_images_entrypoint(built_nv_a100):
-    """`docker run --rm IMAGE selftest`: one line per check, exit 0."""
-    rc, out, err = container_runner(built_nv_a100)(REF, ["selftest"])
-    lines = out.decode().splitlines()
-    assert rc == 0, out.decode() + err.decode()
-    assert [line.split(":")[0] for line in lines] == [
-        "ok   python",
-        "ok   import",
-        "ok   profile",
-        "ok   v5-generic",
-        "ok   457-generic",
-        "ok   models",
-        "selftest",
-    ]
-    assert lines[2].startswith("ok   profile: nv-a100: vLLM 0.11.0, transformers 4.57.6")
-    assert lines[-1] == "selftest: passed (6/6 checks)"
-
-
-def test_release_gate_then_push_and_register_the_tested_digest(built_nv_a100, tmp_path, platform):
-    from tests.conftest import TOKEN
-
-    api = docker_with(built_nv_a100)
-    report = tmp_path / "selftest.json"
-    try:
-        gate = release_step(api, "selftest", "nv-a100", VERSION, "--report", str(report))
-        assert gate.returncode == 0, gate.stdout + gate.stderr
-        [(cid, container)] = api.containers.items()
-        assert container["spec"]["Image"] == REF and container["spec"]["Cmd"] == ["selftest", "--card", "nv-a100", "--json"]
-        assert container["spec"]["HostConfig"]["NetworkMode"] == "none" and api.removed == [cid]
-        pushed = release_step(api, "push", "nv-a100", VERSION, "--tested", str(report))
-    finally:
-        api.close()
-    for check in ("python", "import", "profile: nv-a100", "v5-generic: repairs R3, R3b", "457-generic: nothing added", "models"):
-        assert f"ok   nv-a100 selftest {check}" in gate.stdout, gate.stdout
-    tested = json.loads(report.read_text())
-    assert tested["passed"] and tested["image_id"] == IMAGE_ID and tested["image"] == REF
-    assert {"R3", "R3b"} <= set(tested["models"]["v5-generic"]["repairs"])
-    assert "--tokenizer" in tested["models"]["v5-generic"]["args"]
-    assert tested["models"]["457-generic"] == {"repairs": [], "findings": [], "args": [], "env": {}}
-    # The push: exactly the tested image, its digest printed for the registration.
-    assert pushed.returncode == 0, pushed.stderr
-    ref = pushed.stdout.strip()
-    assert ref == f"{REPOSITORY}@{DIGEST}"
-    assert [(p["name"], p["tag"]) for p in api.pushes] == [(REPOSITORY, VERSION)]
-    assert f"{VERSION}: digest: {DIGEST}" in pushed.stderr and "Preparing" not in pushed.stderr
-    # The registration: the digest as the image, the version in the tag field.
-    env = {
-        "MODELHUB_API": platform["client"].api_base,
-        "MODELHUB_TOKEN": TOKEN,
-        "GITHUB_ACTOR": "ci-bot",
-        "GITHUB_SERVER_URL": "https://git.example",
-        "GITHUB_REPOSITORY": "team/enginex-compat",
-    }
-    reg = python_module("compat_build.release", "register", "nv-a100", ref, "--tag", VERSION, env=env)
-    assert reg.returncode == 0, reg.stderr
-    assert json.loads(platform["requests"][0][3]) == {
-        "framework": "vllm_compat",
-        "gpuType": "nvidia_a100",
-        "imageUrl": ref,
-        "taskType": "text-generation",
-        "createBy": "ci-bot",
-        "repoUrl": "https://git.example/team/enginex-compat",
-        "tag": VERSION,
-    }
-    # The job's summary: card, digest, what the self-test saw.
-    summary = python_module("compat_build.release", "summary", "nv-a100", "--report", str(report), "--ref", ref, "--tag", VERSION)
-    assert summary.returncode == 0, summary.stderr
-    text = summary.stdout
-    assert text.startswith("### nv-a100\n") and f"| registered | `{ref}` |" in text
-    assert "| self-test | passed (6/6 checks) |" in text and f"| tested image id | `{IMAGE_ID}` |" in text
-    assert re.search(r"\| repairs for v5-generic \| R3, R3b\b", text) and "| repairs for 457-generic | none |" in text
-
-
-def _profile_of_another_card(home: Path) -> None:
-    path = home / "common" / "profiles" / "nv-a100.json"
-    path.write_text(path.read_text().replace('"card": "nv-a100"', '"card": "hygon-k100"'))
-
-
-def _broken_runtime_package(home: Path) -> None:
-    with open(home / "common" / "launch.py", "a") as fh:
-        fh.write("\nthis is not python(\n")
-
-
-@pytest.mark.parametrize(
-    "breakage, label, failed",
-    [
-        (_profile_of_another_card, "nv-a100", ["profile"]),
-        (_broken_runtime_package, "nv-a100", ["import", "v5-generic", "457-generic"]),
-        (None, "hygon-k100", []),  # the image is labelled for another card: not even started
-    ],
-)
-def test_a_failing_selftest_stops_the_push(built_nv_a100, tmp_path, breakage, label, failed):
-    home = image_copy(built_nv_a100, tmp_path)
-    if breakage:
-        breakage(home)
-    api = docker_with(home, label=label)
-    report = tmp_path / "selftest.json"
-    try:
-        gate = release_step(api, "selftest", "nv-a100", VERSION, "--report", str(report))
-        pushed = release_step(api, "push", "nv-a100", VERSION, "--tested", str(report))
-    finally:
-        api.close()
-    assert gate.returncode == 1 and "Traceback" not in gate.stderr
-    assert f"release selftest: nv-a100: {REF} failed its self-test" in gate.stderr
-    assert [line.split(":")[0].rsplit(" ", 1)[1] for line in gate.stdout.splitlines() if line.startswith("FAIL")] == failed
-    assert not json.loads(report.read_text())["passed"]
-    assert pushed.returncode == 1 and "not pushed" in pushed.stderr and pushed.stdout == ""
-    assert api.pushes == [] and list(api.containers) == api.removed  # nothing pushed, no container left
-    if label != "nv-a100":
-        assert api.containers == {} and "labelled io.enginex.card='hygon-k100'" in gate.stderr
 
 
 def _tested(tmp_path: Path, **changes) -> Path:
@@ -617,19 +299,15 @@ def _tested(tmp_path: Path, **changes) -> Path:
 
 
 @pytest.mark.parametrize(
-    "image, chunks, needle",
+    "chunks, needle",
     [
-        ({"Id": "sha256:" + "2" * 64}, PUSHED, "is now image sha256:2222"),  # retagged after the self-test
-        (
-            {"Id": IMAGE_ID},
-            [{"status": "Preparing"}, {"error": "unauthorized: authentication required"}],
-            "push of " + REF + " failed: unauthorized",
-        ),
-        ({"Id": IMAGE_ID}, [{"status": "Pushed"}], "did not report a digest"),
+        ([{"status": "Preparing"}, {"error": "unauthorized: authentication required"}], "push of " + REF + " failed: unauthorized"),
+        ([{"status": "Pushed"}], "did not report a digest"),
+        ([{"status": "Preparing"}, DROP], "push of " + REF + " failed"),  # the daemon died mid-push
     ],
 )
-def test_push_refuses_what_it_cannot_vouch_for(tmp_path, image, chunks, needle):
-    api = DockerAPI([], images={REF: image}, push_chunks=chunks)
+def test_push_refuses_what_it_cannot_vouch_for(tmp_path, chunks, needle):
+    api = DockerAPI([], images={REF: {"Id": IMAGE_ID}}, push_chunks=chunks)
     try:
         pushed = release_step(api, "push", "nv-a100", VERSION, "--tested", str(_tested(tmp_path)))
     finally:
@@ -692,46 +370,11 @@ def test_summary_of_a_job_that_stopped_early(tmp_path):
     assert absent.returncode == 0 and "| self-test | did not run |" in absent.stdout
 
 
-def test_release_check_with_a_daemon_builds_and_self_tests_every_card():
-    """`make release-check` where a daemon answers: each card is built, then gated like a release;
-    a card whose self-test fails fails the check (the stand-in's containers answer per card)."""
-    m = manifest.load()
-    names = manifest.card_names(m)  # every card and engine variant of the matrix
-    tags = {card: manifest.image_ref(m, card, "release-check") for card in names}
-
-    def run(image, command):
-        card = command[2]
-        ok = card != "hygon-k100"
-        report = {
-            "passed": ok,
-            "card": card,
-            "models": {},
-            "checks": [{"name": "profile", "ok": ok, "detail": card if ok else "baked for another card"}],
-        }
-        return (0 if ok else 1), json.dumps(report).encode(), b""
-
-    api = DockerAPI(
-        [{"aux": {"ID": "sha256:" + "3" * 64}}],
-        runner=run,
-        images={tag: {"Id": "sha256:" + "3" * 64, "Labels": {"io.enginex.card": card}} for card, tag in tags.items()},
-    )
+def test_a_daemon_that_dies_mid_build_ends_the_build_in_one_sentence():
+    api = DockerAPI([{"stream": "Step 1/16 : ARG BASE_IMAGE=x\n"}, {"stream": "Step 2/16 : FROM ${BASE_IMAGE}\n"}, DROP])
     try:
-        result = python_module(
-            "compat_build.release",
-            "check",
-            "--out",
-            str(ROOT / "build" / "release-check"),
-            env={"DOCKER_HOST": api.url, "MODELHUB_TOKEN": ""},
-        )
+        result = python_module("compat_build.build", "nv-a100", env={"DOCKER_HOST": api.url})
     finally:
         api.close()
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert [b["query"]["t"] for b in api.builds] == [tags[c] for c in names]
-    assert [c["spec"]["Cmd"] for c in api.containers.values()] == [["selftest", "--card", c, "--json"] for c in names]
-    for card in ("iluvatar-bi100", "nv-a100"):
-        assert f"ok   {card}: docker build" in result.stdout and f"ok   {card}: selftest: docker run --rm {tags[card]} selftest" in (
-            result.stdout
-        )
-    assert "FAIL hygon-k100 selftest profile: baked for another card" in result.stdout
-    assert f"FAIL hygon-k100: selftest: hygon-k100: {tags['hygon-k100']} failed its self-test" in result.stdout
-    assert result.stdout.rstrip().endswith("release-check: FAILED: hygon-k100: selftest")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "nv-a100: the Docker daemon's answer could not be read" in result.stderr and "last step: Step 2/16" in result.stderr

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 # Every image of a release: the cards' default engines and their variants.
 CARDS = ["hygon-k100", "iluvatar-bi100", "nv-a100", "nv-a100@next"]
+IMAGE_HOME = "/opt/enginex-compat"  # where the Dockerfile puts the runtime package and its steps
 
 
 def pytest_collection_modifyitems(config, items):
@@ -93,9 +94,16 @@ def containers(docker_client, tmp_path):
     tracked.remove_all()
 
 
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "enginex-compat"
+
+
 @pytest.fixture(scope="session")
 def registry(tmp_path_factory):
-    """A real registry (Debian's docker-registry, distribution 2.x) on 127.0.0.1: its address."""
+    """A real registry (Debian's docker-registry, distribution 2.x) on 127.0.0.1: its address.
+    Its blobs stay in the cache between runs, like the daemon's layers: a push compresses every
+    layer it sends (about 2 minutes for a 3 GB engine base here), and a registry that already
+    holds the base takes only the compat layers. Each run pushes its own tags."""
     binary = shutil.which("docker-registry")
     if binary is None:
         subprocess.run([str(ROOT / "scripts" / "apt-install.sh"), "docker-registry"], check=False)
@@ -103,12 +111,13 @@ def registry(tmp_path_factory):
     if binary is None:
         _unavailable("docker-registry is not installed (Debian's docker-registry package)")
     root = tmp_path_factory.mktemp("registry")
+    storage = cache_dir() / "registry"
     port = free_port()
     config = root / "config.yml"
     config.write_text(
         "version: 0.1\n"
         "log: {level: warn}\n"
-        f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}, delete: {{enabled: true}}}}\n"
+        f"storage: {{filesystem: {{rootdirectory: {storage}}}, delete: {{enabled: true}}}}\n"
         f"http: {{addr: 127.0.0.1:{port}}}\n"
     )
     log = open(root / "registry.log", "w")
@@ -159,6 +168,16 @@ def image_models(tmp_path_factory):
 
     yield get
     shutil.rmtree(base, ignore_errors=True)
+
+
+def in_image(containers, tag: str, name: str, *argv: str, env=None) -> str:
+    """stdout of argv run in a fresh container of the image, its entrypoint bypassed (as root,
+    without network, the image's build-step files on PYTHONPATH)."""
+    status, out, err = containers.run_to_end(
+        name, tag, list(argv[1:]), entrypoint=[argv[0]], network_mode="none", user="root", environment=env or {}
+    )
+    assert status == 0, out + err
+    return out
 
 
 def python_module(*args: str, env=None) -> subprocess.CompletedProcess:

@@ -10,9 +10,8 @@ import subprocess
 import pytest
 
 from compat_build import manifest, release
-from tests.images.conftest import CARDS, ROOT
+from tests.images.conftest import CARDS, IMAGE_HOME, ROOT, in_image
 
-HOME = "/opt/enginex-compat"
 # Where a baked profile may differ from the committed one (made by `make profiles` from the
 # unpatched engine venvs), and why: L1 patches the image's transformers to read the list form.
 BAKED_DIFFERENCES = {
@@ -24,13 +23,6 @@ BAKED_DIFFERENCES = {
 # The bundled model that is clean for each image's engine (saved by the transformers whose
 # config keys it reads): BI-100's transformers 4.55 reads `torch_dtype` only.
 CLEAN_MODEL = {"hygon-k100": "457-generic", "iluvatar-bi100": "455-generic", "nv-a100": "457-generic", "nv-a100@next": "457-generic"}
-
-
-def in_image(containers, tag: str, name: str, *argv: str) -> str:
-    """stdout of argv run in a fresh container of the image (the entrypoint bypassed)."""
-    status, out, err = containers.run_to_end(name, tag, list(argv[1:]), entrypoint=[argv[0]], network_mode="none")
-    assert status == 0, out + err
-    return out
 
 
 @pytest.mark.parametrize("card", CARDS)
@@ -79,7 +71,7 @@ def _flatten(data, path=()):
 def test_the_profile_is_baked_from_the_images_own_engine(images, containers, card):
     """Equal to the committed profile (`make profiles`, from the same engines outside the image),
     but where the image's build patches change what the engine reads, named above."""
-    baked = json.loads(in_image(containers, images[card]["tag"], "profile", "cat", f"{HOME}/common/profiles/{card}.json"))
+    baked = json.loads(in_image(containers, images[card]["tag"], "profile", "cat", f"{IMAGE_HOME}/common/profiles/{card}.json"))
     committed = json.loads((ROOT / "common" / "profiles" / f"{card}.json").read_text())
     baked_flat, committed_flat = dict(_flatten(baked)), dict(_flatten(committed))
     differences = {
@@ -88,7 +80,7 @@ def test_the_profile_is_baked_from_the_images_own_engine(images, containers, car
         if baked_flat.get(key) != committed_flat.get(key)
     }
     assert differences == BAKED_DIFFERENCES.get(card, {})
-    assert in_image(containers, images[card]["tag"], "image-card", "cat", f"{HOME}/common/profiles/IMAGE_CARD").strip() == card
+    assert in_image(containers, images[card]["tag"], "image-card", "cat", f"{IMAGE_HOME}/common/profiles/IMAGE_CARD").strip() == card
 
 
 @pytest.mark.parametrize("card", CARDS)
