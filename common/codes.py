@@ -113,6 +113,21 @@ TRIAGE = (
         ),
     ),
     Code(
+        "SHM",
+        TRIAGE_ONLY,
+        "shared memory too small",
+        "vLLM's processes share tensors through /dev/shm, and the container was given less than the engine needs "
+        "(Docker's default is 64 MB). The model is not the cause.",
+        "give the container more shared memory: docker run --shm-size 1g (or --ipc=host); in Kubernetes a memory-backed "
+        "emptyDir mounted at /dev/shm",
+        (
+            r"Insufficient space in /dev/shm",
+            r"insufficient shared memory \(shm\)",
+            r"unable to write to file </torch_\d+",
+            r"Error while creating shared memory segment",
+        ),
+    ),
+    Code(
         "GGUF",
         TRIAGE_ONLY,
         "a GGUF checkpoint",

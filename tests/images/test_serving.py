@@ -111,3 +111,16 @@ def test_a_clean_model_gets_exactly_vllm_serve_model_args(images, containers, im
     assert seen == given and not any(key.startswith("COMPAT_") for key in seen)
     assert {k: seen[k] for k in COMMON_ENV} == COMMON_ENV
     assert "[compat] no repairs needed" in srv.log()
+
+
+def test_too_little_shared_memory_is_triaged_with_its_fix(images, containers, image_models, tmp_path):
+    """Docker's default /dev/shm (64 MB) is too small for the newest CPU engine's processes: the
+    start fails, and triage names the class and the platform's fix instead of `unknown`."""
+    card = "nv-a100@next"
+    port = free_port()
+    run = dict(platform_run_kwargs(image_models("457-generic")), shm_size="64m")
+    srv = containers.run("small-shm", images[card]["tag"], platform_args(card, port), port, **run)
+    assert srv.wait_ready() is False
+    log = srv.log()
+    assert "Insufficient space in /dev/shm" in log
+    assert triaged(tmp_path, log) == "SHM"
