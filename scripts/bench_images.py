@@ -1,0 +1,117 @@
+"""make bench-images: what the images cost, each figure measured side by side in one run on the
+local stand-in bases (a Docker daemon at DOCKER_HOST; `make bench-images` starts one if needed).
+
+image_added_mb_<card>                       what the compat layers add over the card's base image
+                                            (goal <= 10)
+image_rebuild_after_runtime_change_vs_full  one file of common/ changed: the rebuild (only the runtime
+                                            layers run again) / a build of every compat layer
+                                            without the cache (goal <= 0.2)
+container_ready_compat_vs_disabled          a clean model on nv-a100, container start until
+                                            /v1/models answers 200, through the preflight /
+                                            with COMPAT_DISABLE=1 (goal <= 1.05; the median of
+                                            interleaved starts)
+
+usage: python scripts/bench_images.py [--starts N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from compat_build import images as images_mod  # noqa: E402
+from compat_build import manifest  # noqa: E402
+from compat_build.build import docker_client  # noqa: E402
+from compat_build.render import render_card  # noqa: E402
+from tests.fixtures.factory import build as build_model  # noqa: E402
+from tests.images.containers import platform_run_kwargs  # noqa: E402
+from tests.ports import free_port  # noqa: E402
+
+RUNTIME_FILE = Path("runtime") / "common" / "log.py"  # any file of the runtime package
+READY_TIMEOUT_S = 300
+
+
+def timed_build(client, context: str, tag: str, base: str, nocache: bool) -> float:
+    start = time.monotonic()
+    for chunk in client.api.build(path=context, tag=tag, buildargs={"BASE_IMAGE": base}, nocache=nocache, rm=True, decode=True):
+        if "error" in chunk:
+            raise SystemExit(f"bench-images: build failed: {chunk['error']}")
+    return time.monotonic() - start
+
+
+def rebuild_ratio(client, card: manifest.Card, base: str) -> float:
+    """A build of every compat layer with no cache, then the same context with one runtime file
+    changed: the second reuses every layer before the runtime package."""
+    with tempfile.TemporaryDirectory() as tmp:
+        context = render_card(card, tmp)
+        tag = "enginex-compat/bench-rebuild:latest"
+        full = timed_build(client, context, tag, base, nocache=True)
+        with open(Path(context) / RUNTIME_FILE, "a", encoding="utf-8") as fh:
+            fh.write(f"\n# bench-images {time.time_ns()}\n")
+        rebuild = timed_build(client, context, tag, base, nocache=False)
+        client.images.remove(tag, force=True)
+    return rebuild / full
+
+
+def ready_seconds(client, tag: str, model: Path, env: dict) -> float:
+    port = free_port()
+    run = platform_run_kwargs(model, env)
+    start = time.monotonic()
+    container = client.containers.run(tag, ["--max-model-len", "256", "--port", str(port), "--host", "127.0.0.1"], detach=True, **run)
+    try:
+        while time.monotonic() - start < READY_TIMEOUT_S:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2) as answer:
+                    if answer.status == 200:
+                        return time.monotonic() - start
+            except OSError:
+                container.reload()
+                if container.status == "exited":
+                    raise SystemExit(f"bench-images: the container exited before serving: {container.logs()[-2000:]!r}")
+            time.sleep(0.25)
+        raise SystemExit("bench-images: the container did not serve in time")
+    finally:
+        container.remove(force=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--starts", type=int, default=3, help="container starts of each kind (interleaved)")
+    opts = parser.parse_args()
+    client = docker_client()
+    m = manifest.load()
+    built = images_mod.build_all(log=open(os.devnull, "w"))
+    for card, image in built.items():
+        added = client.images.get(image["tag"]).attrs["Size"] - client.images.get(image["base"]).attrs["Size"]
+        print(f"image_added_mb_{card}: {added / 1e6:.2f}", flush=True)
+    card = "nv-a100"
+    print(f"image_rebuild_after_runtime_change_vs_full: {rebuild_ratio(client, m.cards[card], built[card]['base']):.2f}", flush=True)
+    models = Path(tempfile.mkdtemp(prefix="bench-images-"))
+    try:
+        model = build_model("457", "generic", models / "clean")
+        for path in [models, *models.rglob("*")]:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        compat, disabled = [], []
+        for _ in range(opts.starts):
+            compat.append(ready_seconds(client, built[card]["tag"], model, {}))
+            disabled.append(ready_seconds(client, built[card]["tag"], model, {"COMPAT_DISABLE": "1"}))
+    finally:
+        shutil.rmtree(models, ignore_errors=True)
+    print(f"container_ready_compat_s: {statistics.median(compat):.1f}")
+    print(f"container_ready_disabled_s: {statistics.median(disabled):.1f}")
+    print(f"container_ready_compat_vs_disabled: {statistics.median(compat) / statistics.median(disabled):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
