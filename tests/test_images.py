@@ -54,9 +54,11 @@ def test_rendered_context_is_complete_and_lint_clean(tmp_path, card):
         f'io.enginex.vllm-version="{entry.vllm}"',
     ):
         assert label in text
-    assert text.rstrip().endswith(f'ENTRYPOINT ["{HOME}/entrypoint.sh"]')
-    # Rarely-changing layers first: every patch and the profile step come before the runtime package.
+    assert f'ENTRYPOINT ["{HOME}/entrypoint.sh"]' in text
+    # What changes with every build (version, revision) is last: a new commit rebuilds no layer.
     lines = text.splitlines()
+    assert max(i for i, line in enumerate(lines) if line.startswith(("RUN", "COPY", "ENTRYPOINT"))) < lines.index("ARG REVISION=unknown")
+    # Rarely-changing layers first: every patch and the profile step come before the runtime package.
     runtime_at = lines.index(f"COPY runtime/common/ {HOME}/common/")
     assert all(i < runtime_at for i, line in enumerate(lines) if "image_steps" in line)
     for code in entry.build_patches:
