@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CARD   ?= nv-a100
 
-.PHONY: help venv author-env engine-env engine055-env engine-next-env upstream-src envs base-images images demo test test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
+.PHONY: help venv author-env engine-env engine055-env engine-next-env upstream-src envs base-engine base-engine055 base-engine-next base-images images demo test test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
 
 help:
 	@echo "make demo        build an example broken model and show what the $(CARD) image would do"
@@ -45,22 +45,27 @@ envs: venv author-env engine-env engine055-env engine-next-env upstream-src
 WITH_DOCKER := scripts/with-docker.sh
 
 # Local stand-ins for the cards' vendor base images (envs/bases/bases.toml): a Debian root
-# filesystem plus each engine venv, made once per spec in the daemon.
-base-images: venv engine-env engine055-env engine-next-env
-	@$(WITH_DOCKER) $(PY) -m compat_build.local_bases
+# filesystem plus an engine venv, made once per spec in the daemon. One target per base, so that
+# `make -j` imports each as soon as its venv is there (while vLLM 0.5.5 still compiles).
+base-engine: venv engine-env
+base-engine055: venv engine055-env
+base-engine-next: venv engine-next-env
+base-engine base-engine055 base-engine-next:
+	@$(WITH_DOCKER) $(PY) -m compat_build.local_bases $(@:base-%=%) $(IF_DAEMON)
+base-images: base-engine base-engine055 base-engine-next
 
 # Every card image of the matrix, built on those bases as `make build` builds on the vendor's.
-images: venv engine-env engine055-env engine-next-env
-	@$(WITH_DOCKER) $(PY) -m compat_build.images
+images: base-images
+	@$(WITH_DOCKER) $(PY) -m compat_build.images $(IF_DAEMON)
 
 demo: venv author-env
 	@$(PY) scripts/demo.py --card $(CARD)
 
-# The venvs build side by side (downloads overlap the one compile, vLLM 0.5.5's): a cold first
-# run is minutes shorter than one after the other.
+# The venvs and the base images build side by side (downloads and imports overlap the one
+# compile, vLLM 0.5.5's), then the card images, then every test, all against one daemon. Where no
+# daemon can be had the images are skipped, saying so, and so is the image tier (not under CI).
 test:
-	@$(MAKE) --no-print-directory -j4 envs
-	@$(WITH_DOCKER) sh -c '$(PY) -m compat_build.images && $(PY) -m pytest'
+	@$(WITH_DOCKER) sh -c '$(MAKE) --no-print-directory -j4 envs images IF_DAEMON=--if-daemon && $(PY) -m pytest'
 
 test-fast: venv author-env upstream-src
 	$(PY) -m pytest -m "not e2e and not images"

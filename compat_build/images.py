@@ -46,7 +46,11 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     parser = argparse.ArgumentParser(description="build every card image on the local stand-in bases")
     parser.add_argument("cards", nargs="*", help="cards of the matrix (default: all)")
     parser.add_argument("--version", default="dev")
+    parser.add_argument("--if-daemon", action="store_true", help="where no Docker daemon answers, say so and build nothing")
     opts = parser.parse_args(list(argv) if argv is not None else None)
+    if opts.if_daemon and not local_bases.daemon_answers():
+        print(f"images: {local_bases.NO_DAEMON}")
+        return 0
     try:
         for card, image in build_all(opts.cards, opts.version).items():
             print(f"{card}\t{image['tag']}\t{image['id']}\t{image['base']}")

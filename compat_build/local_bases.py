@@ -15,6 +15,7 @@ the venv's bin/ is first on PATH, so `python3` and `vllm` are the engine's, as i
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import os
 import shutil
@@ -130,12 +131,30 @@ def tag_of(rootfs: Dict, base: Base) -> str:
     return f"{REPOSITORY.format(name=base.name)}:{base_key(rootfs, base)}"
 
 
+def daemon_answers() -> bool:
+    try:
+        return subprocess.run(["docker", "version", "-f", "{{.Server.Version}}"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+NO_DAEMON = "no Docker daemon answers: nothing built (the image tier skips, and fails under CI)"
+
+
 def ensure_rootfs(rootfs: Dict, out=sys.stdout) -> str:
     """The Debian root filesystem, made once per spec with debootstrap (root and Debian's packages
-    needed); returns its directory."""
+    needed); returns its directory. Bases imported side by side (`make -j`) wait for one another
+    here, so that it is made once."""
     target = os.path.join(cache_dir(), f"rootfs-{rootfs_key(rootfs)}")
-    if os.path.isfile(os.path.join(target, ".complete")):
-        return target
+    os.makedirs(cache_dir(), exist_ok=True)
+    with open(target + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.isfile(os.path.join(target, ".complete")):
+            _debootstrap(rootfs, target, out)
+    return target
+
+
+def _debootstrap(rootfs: Dict, target: str, out) -> None:
     if os.geteuid() != 0:
         raise BaseError("making the base images' root filesystem needs root (debootstrap)")
     subprocess.run([os.path.join(ROOT, "scripts", "apt-install.sh"), "debootstrap"], check=True)
@@ -149,7 +168,6 @@ def ensure_rootfs(rootfs: Dict, out=sys.stdout) -> str:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
         raise BaseError(f"debootstrap failed (exit {proc.returncode}):\n{tail}")
     open(os.path.join(target, ".complete"), "w").close()
-    return target
 
 
 def _python_home(venv: str) -> str:
@@ -303,7 +321,11 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     parser = argparse.ArgumentParser(description="make the local stand-ins for the vendor base images")
     parser.add_argument("names", nargs="*", help="bases of envs/bases/bases.toml (default: all)")
     parser.add_argument("--list", action="store_true", help="print each card's base and its tag, make nothing")
+    parser.add_argument("--if-daemon", action="store_true", help="where no Docker daemon answers, say so and make nothing")
     opts = parser.parse_args(list(argv) if argv is not None else None)
+    if opts.if_daemon and not opts.list and not daemon_answers():
+        print(f"local-bases: {NO_DAEMON}")
+        return 0
     try:
         if opts.list:
             manifest = manifest_mod.load()
