@@ -53,6 +53,12 @@ class Profile:
         # iterator (DefaultModelLoader._get_weights_iterator) R8's plugin wraps.
         self.general_plugins: Optional[bool] = engine.get("general_plugins")
         self.weights_iterator_hook: Optional[bool] = engine.get("weights_iterator_hook")
+        # The engine API the backports (R10) call: "file:Class[.method]" -> its parameter names,
+        # read from the engine's source (compat_build/snapshot_engine.py). None: not recorded.
+        raw_api = engine.get("layer_api")
+        self.layer_api: Optional[Dict[str, FrozenSet[str]]] = (
+            None if not isinstance(raw_api, dict) else {str(k): frozenset(v) for k, v in raw_api.items() if isinstance(v, list)}
+        )
         reads = engine.get("reads") if isinstance(engine.get("reads"), dict) else {}
         self.reads_rope_parameters: Optional[bool] = reads.get("rope_parameters")
         self.reads_dtype_key: Optional[bool] = reads.get("dtype")

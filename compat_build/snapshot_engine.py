@@ -394,6 +394,44 @@ def weights_iterator_hook() -> Optional[bool]:
     return False
 
 
+# The engine API the runtime package's backports (common/vllm_plugin/compat_backports) call:
+# "file under vllm/:Class[.method]" or ":function". A backport fits an engine only when every
+# symbol it lists is here with the parameters it passes; a test holds the two lists together.
+LAYER_API = (
+    "attention/layer.py:Attention",
+    "attention/layer.py:Attention.forward",
+    "model_executor/layers/linear.py:QKVParallelLinear",
+    "model_executor/layers/linear.py:MergedColumnParallelLinear",
+    "model_executor/layers/linear.py:RowParallelLinear",
+    "model_executor/layers/linear.py:ReplicatedLinear",
+    "model_executor/layers/layernorm.py:RMSNorm",
+    "model_executor/layers/layernorm.py:RMSNorm.forward_native",
+    "model_executor/layers/rotary_embedding.py:get_rope",
+    "model_executor/layers/activation.py:SiluAndMul",
+    "model_executor/layers/vocab_parallel_embedding.py:VocabParallelEmbedding",
+    "model_executor/layers/vocab_parallel_embedding.py:ParallelLMHead",
+    "model_executor/layers/logits_processor.py:LogitsProcessor.forward",
+    "model_executor/models/utils.py:make_layers",
+    "model_executor/models/utils.py:is_pp_missing_parameter",
+    "model_executor/models/__init__.py:ModelRegistry.register_model",
+    "model_executor/model_loader/loader.py:build_model",
+)
+
+
+def layer_api(symbols: Any = LAYER_API) -> Optional[Dict[str, List[str]]]:
+    """symbol -> the parameter names it takes, for each symbol the engine's vLLM defines where it
+    says (common/checks/layer_api.py, loaded by path: the runtime package is not imported here).
+    None: no vLLM to ask."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "common", "checks", "layer_api.py")
+    spec = importlib.util.spec_from_file_location("_compat_layer_api", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    root = module.vllm_dir()
+    return module.probe(root, symbols) if root else None
+
+
 def snapshot(vllm_source: str = "") -> Dict[str, Any]:
     data: Dict[str, Any] = {
         "vllm_version": _dist_version("vllm"),
@@ -409,6 +447,7 @@ def snapshot(vllm_source: str = "") -> Dict[str, Any]:
         "serve_config_file": serve_config_file(),
         "general_plugins": general_plugins(),
         "weights_iterator_hook": weights_iterator_hook(),
+        "layer_api": layer_api(),
     }
     data.update(transformers_tables())
     return data

@@ -44,6 +44,8 @@ def profile_json(card: Dict[str, Any], snap: Dict[str, Any]) -> Dict[str, Any]:
             # Whether it runs general plugins and has the weight iterator R8's plugin wraps.
             "general_plugins": snap["general_plugins"],
             "weights_iterator_hook": snap["weights_iterator_hook"],
+            # The layer API the backports (R10) call, read from its source; None: no vLLM to ask.
+            "layer_api": snap.get("layer_api"),
             "tokenizer_classes": snap["tokenizer_classes"],
             "tokenizer_model_types": snap["tokenizer_model_types"],
             "model_type_architectures": snap["model_type_architectures"],
