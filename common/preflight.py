@@ -150,17 +150,20 @@ def _materialize(
     # tokenizer files in a view too (common/model_view.py).
     carried = carry(plan, model, profile, user, _overlay_edits(tokenizer[1]) if tokenizer else None, tokenizer[1] if tokenizer else None)
     patches = [r for r in plan.repairs if r.engine_patch is not None and r.verified is None]
+    checked = [r for r in plan.repairs if r.engine_check is not None and r.verified is None and r not in patches]
     for repair in plan.repairs:
         if (
             repair.verified is None
             and not repair.verification
             and not repair.overlay
             and repair not in patches
+            and repair not in checked
             and not (carried is not None and repair in carried.repairs and carried.config_dir)
         ):
             repair.verified = True  # nothing beyond its own arguments to check
     trust = user.has("--trust-remote-code")
     requests = [{"kind": "module", "name": r.engine_patch[0]} for r in patches]
+    requests += [r.engine_check for r in checked]
     if tokenizer is not None:
         requests.append({"kind": "tokenizer", "overlay": tokenizer[0], "model": model.path})
     carried_requests = carried.requests(trust) if carried is not None and carried.config_dir else []
@@ -179,6 +182,13 @@ def _materialize(
             _patch_engine(plan, repair, answer.get("path", ""), write=False)
         else:
             _drop_unchecked(plan, repair, ok, f"the engine's {repair.engine_patch[0]}: {reason}")
+    for repair in checked:
+        ok, reason, _ = verdicts.pop(0)
+        if ok:
+            repair.verified, repair.verification = True, reason
+            say(f"{repair.code} verified: {reason}")
+        else:
+            _drop_unchecked(plan, repair, ok, reason)
     if tokenizer is not None:
         ok, reason, _ = verdicts.pop(0)
         _apply_tokenizer_verdict(plan, tokenizer[1], ok, reason)

@@ -6,7 +6,7 @@ without chat template, an architecture its registry lacks (a renamed class; Qwen
 transformers 4.55 has and vLLM 0.5.5 does not), a transformers-5 config that serves silently
 wrong tokens, and a Mixtral config with `"head_dim": null` (what transformers 4.55 writes).
 Then the image's launcher, run by the engine's own Python with COMPAT_CARD=iluvatar-bi100, serves
-those models right: greedy tokens are compared with transformers' own `generate` on the same
+those models right (Qwen3 through its backport: tests/test_e2e_backports_vllm055.py): greedy tokens are compared with transformers' own `generate` on the same
 weights (float32 on both sides).
 
 Each vLLM start costs 15-30 s on two cores: one server per model, every assertion on it.
@@ -118,7 +118,8 @@ def config_of(model: Path) -> dict:
     [
         ("v5", "ValueError: Tokenizer class TokenizersBackend does not exist or is not currently imported.", "R3b"),
         ("renamed", "ValueError: Model architectures ['TinyChatForCausalLM'] are not supported for now.", "R4"),
-        ("qwen3", "ValueError: Model architectures ['Qwen3ForCausalLM'] are not supported for now.", "R4"),
+        # The image serves it through its backport (tests/test_e2e_backports_vllm055.py): R10.
+        ("qwen3", "ValueError: Model architectures ['Qwen3ForCausalLM'] are not supported for now.", "R10"),
         # transformers 4.55.4 writes "head_dim": null for Mixtral; 0.5.5's get_head_size returns it and
         # the KV-cache sizing multiplies by it.
         ("mixtral", "TypeError: unsupported operand type(s) for *: 'int' and 'NoneType'", "H2"),
@@ -256,34 +257,6 @@ def test_launcher_writes_the_null_head_dim_through_a_model_view(bi100_models, tm
     assert json.loads((Path(report["model_path"]) / "config.json").read_text())["head_dim"] == 64
     got = srv.greedy_tokens(str(model), author["reference_prompt"], len(author["reference_tokens"]), ids_in_request=False)
     assert got == author["reference_tokens"]
-
-
-def test_the_plan_says_before_start_that_qwen3_needs_a_newer_engine(bi100_models, tmp_path):
-    """Vanilla refuses Qwen3ForCausalLM (above); the preflight and doctor say so before any start."""
-    model = bi100_models("qwen3")
-    env = dict(ENGINE.env(), COMPAT_ENGINE_PYTHON=str(ENGINE.python), COMPAT_WORK_DIR=str(tmp_path / "work"))
-    root = Path(__file__).resolve().parents[1]
-    plan = subprocess.run(
-        [str(ENGINE.python), "-m", "common", "preflight", str(model), "--card", CARD, "--json"],
-        cwd=str(root),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    data = json.loads(plan.stdout)
-    [finding] = [f for f in data["findings"] if f["code"] == "R4"]
-    assert finding["severity"] == "error" and "Qwen3ForCausalLM" in finding["message"] and "newer engine" in finding["message"]
-    assert data["args"] == [] and data["view"] is None
-    doctor = subprocess.run(
-        [str(ENGINE.python), "-m", "common", "doctor", str(model), "--card", CARD],
-        cwd=str(root),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert doctor.returncode == 1 and "verdict: this model will fail on iluvatar-bi100" in doctor.stdout
 
 
 def test_launcher_clean_model_gets_zero_args_and_serves(bi100_models, tmp_path, launched):

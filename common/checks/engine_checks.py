@@ -14,6 +14,9 @@ Requests and the fields their answers add:
       digits, non-ASCII and special tokens encodes to the same ids.
   {"kind": "module", "name": DOTTED}
       "path": the module's source file for this interpreter (nothing is imported).
+  {"kind": "layer_api", "requires": {SYMBOL: [param, ...]}}
+      "missing": what of `requires` this interpreter's vLLM does not define ("file:Class[.method]"
+      symbols with the parameters a backport passes, read from its source: layer_api.py).
   {"kind": "config", "path": DIR, "trust_remote_code": bool, "attributes": [name, ...]}
       "class", "model_type", "attributes": {name: value} as this transformers reads them
       (missing ones left out), and "text_config" (the same three) when the config nests one.
@@ -201,7 +204,41 @@ def check_module(request):
     return {"ok": True, "reason": f"{request['name']} is {source}", "path": source}
 
 
-CHECKS = {"tokenizer": check_tokenizer, "config": check_config, "module": check_module, "processor": check_processor}
+def _load_sibling(name):
+    """A standalone module beside this script, loaded by path (the runtime package is not imported)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_compat_{name}", os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_layer_api(request):
+    """Whether this interpreter's vLLM defines every symbol a backport calls, with the parameters
+    it passes (read from its source; nothing is imported)."""
+    probe = _load_sibling("layer_api")
+    root = probe.vllm_dir()
+    if not root:
+        return {"ok": None, "reason": "no vLLM is importable by this interpreter"}
+    requires = request["requires"]
+    found = probe.probe(root, requires)
+    missing = []
+    for symbol, params in sorted(requires.items()):
+        name = symbol.split(":", 1)[1]
+        missing.extend([name] if symbol not in found else [f"{name}({p})" for p in params if p not in found[symbol]])
+    if missing:
+        return {"ok": False, "reason": f"the engine's vLLM ({root}) lacks {', '.join(missing[:6])}", "missing": missing}
+    return {"ok": True, "reason": f"the engine's vLLM ({root}) has the {len(requires)} layer APIs the backport calls", "missing": []}
+
+
+CHECKS = {
+    "tokenizer": check_tokenizer,
+    "config": check_config,
+    "module": check_module,
+    "processor": check_processor,
+    "layer_api": check_layer_api,
+}
 
 
 def torch_loaded():
@@ -229,7 +266,7 @@ def answer(index, request, version, unavailable=""):
     check = CHECKS.get(kind)
     if check is None:
         result = {"ok": False, "reason": f"unknown check kind {kind!r} (known: {', '.join(sorted(CHECKS))})"}
-    elif version is None and kind != "module":
+    elif version is None and kind not in ("module", "layer_api"):  # they read no transformers
         result = {"ok": None, "reason": unavailable}
     else:
         try:

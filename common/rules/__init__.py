@@ -19,6 +19,7 @@ from . import (
     r7_vendor_module_shim,
     r8_fused_experts,
     r9_vision_tower_names,
+    r10_backport,
     remote_code,
 )
 from .base import Context, Outcome, Rule
@@ -40,6 +41,8 @@ REGISTRY: Tuple[Rule, ...] = (
     r3_extra_special_tokens.RULE,
     r3b_tokenizer_class.RULE,
     r3c_tokenizer_config.RULE,
+    # Before R4: triage names R10 for the refusal of a class the image has a backport of.
+    r10_backport.RULE,
     r4_architectures.RULE,
     r5_config_format.RULE,
     h1_head_size.RULE,

@@ -8,7 +8,8 @@ model_type's canonical causal-LM class (transformers' auto mapping, snapshotted 
 profile) is what transformers itself would build for the weights: if the engine serves that
 class, the repair serves the model as it (`--hf-overrides {"architectures": [...]}` where the
 engine has the flag, a model view with a rewritten config.json on vLLM 0.5.5). Otherwise the
-finding names the class and says the model needs a newer engine; nothing is added. A profile
+finding names the class and says the model needs a newer engine; nothing is added (a class the
+image ships a backport of is R10's: it serves it, or says why not). A profile
 without a registry snapshot cannot tell: the finding says "unverified".
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from ..plan import Repair
 from .base import Context, Outcome, Rule
+from .r10_backport import backported
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -61,6 +63,8 @@ class Architectures(Rule):
         unknown = [a for a in raw if a not in registry]
         if len(unknown) < len(raw):
             return outcome  # vLLM takes the first class of the list it registers
+        if backported(raw, registry) is not None:
+            return outcome  # the image has a backport of it: R10 serves it, or says why it cannot
         servable = profile.servable_architectures() or registry
         if any(a in servable for a in unknown):
             outcome.findings.append(

@@ -1,5 +1,5 @@
-"""What the rules that repair through the image's vLLM plugin (R8, R9) share: whether the card's
-engine will run it, and the repair that asks it for one transform.
+"""What the rules that repair through the image's vLLM plugin (R8, R9, R10) share: whether the
+card's engine will run it, and the repair that asks it for one transform.
 
 The plugin (common/vllm_plugin) is never installed: a repair puts its directory first on
 PYTHONPATH and names the transform in the plugin's variable for it. Whether that works is read
@@ -23,12 +23,13 @@ if TYPE_CHECKING:
 PLUGIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "vllm_plugin")
 
 
-def blocker(ctx: Context) -> Optional[Tuple[str, str]]:
+def blocker(ctx: Context, weights: bool = True) -> Optional[Tuple[str, str]]:
     """(severity, why) when the plugin would not run in this engine, else None. "error": it
-    cannot; "unverified": the profile cannot say."""
+    cannot; "unverified": the profile cannot say. `weights`: the repair wraps the weight
+    iterator (R8, R9); registering a model class (R10) needs the general plugins only."""
     profile = ctx.profile
     engine = f"vLLM {profile.vllm_version}"
-    hook = (profile.general_plugins, profile.weights_iterator_hook)
+    hook = (profile.general_plugins, profile.weights_iterator_hook if weights else True)
     if False in hook:
         return "error", f"{engine} " + (
             "loads no general plugins" if profile.general_plugins is False else "has no weight iterator to wrap"

@@ -1,5 +1,8 @@
-"""The image's vLLM general plugin: checkpoint tensors turned into the names the engine loads.
+"""The image's vLLM general plugin: model classes the engine lacks, and checkpoint tensors turned
+into the names the engine loads.
 
+COMPAT_BACKPORTS=<architecture,...> (R10): each named class of compat_backports/ is registered
+with the engine's ModelRegistry, unless the engine has its own.
 One wrapper around the engine's weight iterator (DefaultModelLoader._get_weights_iterator)
 applies every transform the preflight asked for, each named by its own variable:
 - COMPAT_WEIGHT_NAMES=<scheme> (R9): a vision tower saved by transformers 5 without its
@@ -21,9 +24,11 @@ import importlib
 import os
 
 try:  # as common.vllm_plugin.compat_weights (the preflight's import)
+    from . import compat_backports as backports
     from . import compat_fused_experts as fused_experts
     from . import compat_weight_names as weight_names
 except ImportError:  # as the top-level module vLLM's entry point names (the plugin dir on PYTHONPATH)
+    import compat_backports as backports  # type: ignore[no-redef]
     import compat_fused_experts as fused_experts  # type: ignore[no-redef]
     import compat_weight_names as weight_names  # type: ignore[no-redef]
 
@@ -87,6 +92,38 @@ def transform_weights(weights: Iterable[Tuple[str, Any]], wanted: Dict[str, str]
         _log().info("%s: split %d fused expert tensors into per-expert weights (layout %s)", PLUGIN_NAME, split, layout)
 
 
+# Architectures this process registered: vLLM calls general plugins more than once per process.
+_REGISTERED: set = set()
+
+
+def register_backports(env: Dict[str, str]) -> None:
+    """Register each backport COMPAT_BACKPORTS names with the engine's ModelRegistry; a class the
+    engine already has (its own) is left to it. A backport that fails to import is logged and
+    skipped: the engine then says the architecture is not supported, as without the plugin."""
+    names = [n.strip() for n in env.get(backports.ENV, "").split(",") if n.strip()]
+    if not names:
+        return
+    from vllm import ModelRegistry
+
+    for name in names:
+        backport = backports.BACKPORTS.get(name)
+        if backport is None:
+            _log().warning("%s: %s names %r, which has no backport here; ignored", PLUGIN_NAME, backports.ENV, name)
+            continue
+        if name in _REGISTERED:
+            continue
+        if name in ModelRegistry.get_supported_archs():
+            _log().info("%s: the engine has its own %s; the backport is not used", PLUGIN_NAME, name)
+            continue
+        try:
+            ModelRegistry.register_model(name, backport.load())
+        except Exception:
+            _log().exception("%s: the backport of %s could not be registered", PLUGIN_NAME, name)
+            continue
+        _REGISTERED.add(name)
+        _log().info("%s: registered the backport of %s (compat_backports.%s)", PLUGIN_NAME, name, backport.module)
+
+
 def _find_loader() -> Optional[Any]:
     for module in LOADER_MODULES:
         try:
@@ -108,10 +145,14 @@ def _wrap(original: Callable[..., Any], wanted: Dict[str, str]) -> Callable[...,
 
 
 def register() -> None:
-    """vLLM's entry point: wrap the weight iterator with the transforms the environment asks for.
+    """vLLM's entry point: register the backports and wrap the weight iterator, as the environment asks.
 
     vLLM calls general plugins once per process (API server, engine core, workers) and does not
     catch what they raise at that point in every version: nothing here raises."""
+    try:
+        register_backports(dict(os.environ))
+    except Exception:  # a bug here must not stop the engine from starting
+        _log().exception("%s: could not register the backports", PLUGIN_NAME)
     try:
         wanted = asked(dict(os.environ))
         if not wanted:

@@ -1,0 +1,90 @@
+"""R10: the engine lacks the model's architecture, and the image ships a backport that fits it.
+
+vLLM registers a fixed set of model classes, and an engine generation older than a family has
+none for it: vLLM 0.5.5 refuses Qwen3 with `Model architectures ['Qwen3ForCausalLM'] are not
+supported for now`, although its transformers (4.55) reads the config. The image carries
+backports (common/vllm_plugin/compat_backports: one module per family, written against the
+layers of that engine generation, so the vendor's kernels run them). A backport is used only
+where the engine's profile says the class is missing and its layer API (`layer_api`, read from
+the engine's source, never from a version number) has every class and parameter the backport
+calls (asked again of the engine's own Python before the start). The repair puts the plugin directory first on PYTHONPATH and names the class in
+COMPAT_BACKPORTS; the plugin registers it with the engine's ModelRegistry before the model
+loads. Where no backport fits, the finding is an error: the model needs a newer engine.
+"""
+
+from __future__ import annotations
+
+from ..vllm_plugin.compat_backports import BACKPORTS, ENV, fitting
+from ..vllm_plugin.compat_weights import PLUGIN_NAME
+from .base import Context, Outcome, Rule
+from .weights_plugin import blocker, plugin_repair
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import List, Optional
+
+
+def backported(architectures: List[str], registry) -> Optional[str]:
+    """The class of `architectures` this rule serves: none of them registered (vLLM takes the
+    first class it has), and the first with a backport. None: not this rule's model."""
+    if registry is None or any(a in registry for a in architectures):
+        return None
+    return next((a for a in architectures if a in BACKPORTS), None)
+
+
+class Backport(Rule):
+    code = "R10"
+    title = "architecture backported to the engine"
+    doc = __doc__.split("\n\n", 1)[1].strip()
+    fix = "the image's vLLM plugin registers its backport of the class (engines whose layer API it fits); elsewhere a newer engine"
+    # vLLM's refusal of a class the image has a backport of (R4 claims the same line for any
+    # other class; R10 comes first in the registry, so triage names the repair that applies).
+    log_signatures = (r"Model architectures \[[^\]]*'(?:" + "|".join(sorted(BACKPORTS)) + r")'[^\]]*\] are not supported for now",)
+
+    def check(self, ctx: Context) -> Outcome:
+        outcome = Outcome()
+        raw = ctx.facts.get("architectures")
+        architectures = [a for a in raw if isinstance(a, str)] if isinstance(raw, list) else []
+        arch = backported(architectures, ctx.profile.architectures)
+        if arch is None:
+            return outcome  # every other model returns here, having read nothing
+        config = ctx.model.json_object("config.json")
+        auto_map = config.get("auto_map")
+        if isinstance(auto_map, dict) and any(k.startswith("AutoModel") for k in auto_map) and not ctx.user.has("--trust-remote-code"):
+            return outcome  # the model's own classes: REMOTE_CODE says what that needs
+        profile = ctx.profile
+        engine = f"vLLM {profile.vllm_version}"
+        backport, missing = fitting(arch, profile.layer_api)
+        if missing is None:
+            outcome.findings.append(
+                self.finding(
+                    "unverified",
+                    f"{arch} is not registered in {engine}, and this profile has no snapshot of its layer API: whether the image's backport fits is known only inside the image",
+                )
+            )
+            return outcome
+        if missing:
+            outcome.findings.append(
+                self.finding(
+                    "error",
+                    f"architecture {arch} is not registered in {engine}, and the image's backport of it does not fit "
+                    f"this engine (its layers lack {', '.join(missing[:4])}): this model needs a newer engine",
+                )
+            )
+            return outcome
+        blocked = blocker(ctx, weights=False)
+        if blocked is not None:
+            severity, why = blocked
+            outcome.findings.append(
+                self.finding(severity, f"{arch} is not registered in {engine}, and its backport cannot be registered: {why}")
+            )
+            return outcome
+        detail = f"{arch} is not registered in {engine}; {PLUGIN_NAME} registers the image's backport (compat_backports.{backport.module}) before the model loads"
+        repair = plugin_repair(self.code, self.title, detail, ENV, arch)
+        # The profile was baked from the image's engine; the start asks that engine itself too.
+        repair.engine_check = {"kind": "layer_api", "requires": {k: list(v) for k, v in backport.requires.items()}}
+        outcome.repairs.append(repair)
+        return outcome
+
+
+RULE = Backport()

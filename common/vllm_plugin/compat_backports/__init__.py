@@ -1,0 +1,85 @@
+"""Backports: model classes an engine generation lacks, written against that generation's layers.
+
+One module per family (qwen3.py, ...), imported only inside the engine by the compat plugin
+(compat_weights.py) when COMPAT_BACKPORTS names its architecture; this table is what the
+preflight reads (standard library only: importing it never imports torch or vLLM).
+
+Which backport fits an engine is decided from the engine's layer API, never from its version:
+each backport lists what it calls, as "file under vllm/:Class[.method]" -> the parameter names
+it passes, and the profile's `layer_api` (compat_build/snapshot_engine.py, read from the
+engine's own source) must hold every one of them. Adding a backport: its module, its test, one
+line in BACKPORTS (and any API it calls that is not yet in snapshot_engine.LAYER_API there).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+ENV = "COMPAT_BACKPORTS"
+
+# What a model written against vLLM 0.5.5's layers calls, with the keyword names it passes. The
+# last two entries are the generation's calling conventions: the loader builds a model as
+# `cls(config=, cache_config=, quant_config=)` (0.6.4+ passes one vllm_config), and attention
+# takes the KV cache and metadata as arguments (later engines keep them in a forward context).
+LAYERS_055: Dict[str, Tuple[str, ...]] = {
+    "attention/layer.py:Attention": ("num_heads", "head_size", "scale", "num_kv_heads", "cache_config", "quant_config"),
+    "attention/layer.py:Attention.forward": ("query", "key", "value", "kv_cache", "attn_metadata"),
+    "model_executor/layers/linear.py:QKVParallelLinear": (
+        "hidden_size",
+        "head_size",
+        "total_num_heads",
+        "total_num_kv_heads",
+        "bias",
+        "quant_config",
+    ),
+    "model_executor/layers/linear.py:MergedColumnParallelLinear": ("input_size", "output_sizes", "bias", "quant_config"),
+    "model_executor/layers/linear.py:RowParallelLinear": ("input_size", "output_size", "bias", "quant_config"),
+    "model_executor/layers/layernorm.py:RMSNorm": ("hidden_size", "eps"),
+    "model_executor/layers/layernorm.py:RMSNorm.forward_native": ("x", "residual"),
+    "model_executor/layers/rotary_embedding.py:get_rope": ("head_size", "rotary_dim", "max_position", "base", "rope_scaling"),
+    "model_executor/layers/activation.py:SiluAndMul": (),
+    "model_executor/layers/vocab_parallel_embedding.py:VocabParallelEmbedding": ("num_embeddings", "embedding_dim", "quant_config"),
+    "model_executor/layers/vocab_parallel_embedding.py:ParallelLMHead": ("num_embeddings", "embedding_dim", "quant_config"),
+    "model_executor/layers/logits_processor.py:LogitsProcessor.forward": ("lm_head", "hidden_states", "sampling_metadata"),
+    "model_executor/models/utils.py:make_layers": ("num_hidden_layers", "layer_fn", "prefix"),
+    "model_executor/models/utils.py:is_pp_missing_parameter": ("name", "model"),
+    "model_executor/models/__init__.py:ModelRegistry.register_model": ("model_arch", "model_cls"),
+    "model_executor/model_loader/loader.py:build_model": ("model_class", "hf_config", "cache_config", "quant_config"),
+}
+
+
+class Backport:
+    """One backported class: the module of this package that defines it and the API it calls."""
+
+    __slots__ = ("architecture", "module", "requires")
+
+    def __init__(self, architecture: str, module: str, requires: Mapping[str, Sequence[str]]) -> None:
+        self.architecture, self.module, self.requires = architecture, module, dict(requires)
+
+    def load(self) -> Any:
+        """The class itself (imports the module: torch and vLLM, inside the engine only)."""
+        return getattr(importlib.import_module(f".{self.module}", __name__), self.architecture)
+
+
+# architecture -> its backport: one line per backported family.
+BACKPORTS: Dict[str, Backport] = {
+    "Qwen3ForCausalLM": Backport("Qwen3ForCausalLM", "qwen3", LAYERS_055),
+}
+
+
+def fitting(architecture: str, layer_api: Optional[Mapping[str, Sequence[str]]]) -> Tuple[Optional[Backport], Optional[List[str]]]:
+    """(the backport of `architecture` or None, what it calls that the engine's layer API lacks:
+    [] when it fits, None when there is no layer API to tell)."""
+    backport = BACKPORTS.get(architecture)
+    if backport is None or layer_api is None:
+        return backport, None
+    out = []
+    for symbol, params in sorted(backport.requires.items()):
+        name = symbol.split(":", 1)[1]
+        have = layer_api.get(symbol)
+        out.extend([name] if have is None else [f"{name}({p})" for p in params if p not in have])
+    return backport, out

@@ -1,0 +1,238 @@
+"""Qwen3 (`Qwen3ForCausalLM`) for the vLLM 0.5.5 generation, built from that engine's own layers.
+
+Qwen3 is the Qwen2 layout with three differences (transformers' modeling_qwen3.py): each head's
+query and key go through their own RMSNorm (`q_norm`, `k_norm`, one weight of head_dim) before
+the rotary embedding; `head_dim` is explicit in the config, not hidden/heads; the attention
+projections take `attention_bias` (False in every published Qwen3), o_proj included. The code
+below follows the engine's qwen2.py (same layers, the decoder-layer calling convention its other
+models use, a fused residual in RMSNorm), so the vendor fork's kernels serve it as they serve Qwen2.
+Weight names are the checkpoint's; load_weights stacks q/k/v and gate/up as the engine's own
+models do. Imported only inside the engine, by the compat plugin, when the preflight asks.
+"""
+
+from typing import Iterable, List, Optional, Tuple
+
+import torch
+from torch import nn
+from vllm.attention import Attention, AttentionMetadata
+from vllm.config import CacheConfig
+from vllm.distributed import get_pp_group, get_tensor_model_parallel_world_size
+from vllm.model_executor.layers.activation import SiluAndMul
+from vllm.model_executor.layers.layernorm import RMSNorm
+from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from vllm.model_executor.layers.logits_processor import LogitsProcessor
+from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
+from vllm.model_executor.layers.rotary_embedding import get_rope
+from vllm.model_executor.layers.sampler import Sampler
+from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+from vllm.model_executor.model_loader.weight_utils import default_weight_loader
+from vllm.model_executor.models.utils import is_pp_missing_parameter, make_layers
+from vllm.model_executor.sampling_metadata import SamplingMetadata
+from vllm.sequence import IntermediateTensors, SamplerOutput
+
+# (engine parameter, checkpoint name, shard) of the projections the engine stacks into one matrix.
+STACKED = (
+    ("qkv_proj", "q_proj", "q"),
+    ("qkv_proj", "k_proj", "k"),
+    ("qkv_proj", "v_proj", "v"),
+    ("gate_up_proj", "gate_proj", 0),
+    ("gate_up_proj", "up_proj", 1),
+)
+
+
+class Qwen3MLP(nn.Module):
+    def __init__(
+        self, hidden_size: int, intermediate_size: int, hidden_act: str, quant_config: Optional[QuantizationConfig] = None
+    ) -> None:
+        super().__init__()
+        if hidden_act != "silu":
+            raise ValueError(f"Qwen3 backport: unsupported activation {hidden_act!r}; only silu")
+        self.gate_up_proj = MergedColumnParallelLinear(hidden_size, [intermediate_size] * 2, bias=False, quant_config=quant_config)
+        self.down_proj = RowParallelLinear(intermediate_size, hidden_size, bias=False, quant_config=quant_config)
+        self.act_fn = SiluAndMul()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate_up, _ = self.gate_up_proj(x)
+        x, _ = self.down_proj(self.act_fn(gate_up))
+        return x
+
+
+class Qwen3Attention(nn.Module):
+    def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
+        super().__init__()
+        tp_size = get_tensor_model_parallel_world_size()
+        self.total_num_heads = config.num_attention_heads
+        self.total_num_kv_heads = config.num_key_value_heads
+        if self.total_num_heads % tp_size or (self.total_num_kv_heads % tp_size and tp_size % self.total_num_kv_heads):
+            raise ValueError(f"Qwen3 backport: {self.total_num_heads} / {self.total_num_kv_heads} heads do not split over {tp_size} ranks")
+        self.num_heads = self.total_num_heads // tp_size
+        # Fewer KV heads than ranks: each rank holds a replica (as in the engine's qwen2.py).
+        self.num_kv_heads = max(1, self.total_num_kv_heads // tp_size)
+        # Explicit in every Qwen3 config; hidden/heads is what transformers falls back to.
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.total_num_heads
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        bias = bool(getattr(config, "attention_bias", False))
+        self.qkv_proj = QKVParallelLinear(
+            config.hidden_size, self.head_dim, self.total_num_heads, self.total_num_kv_heads, bias=bias, quant_config=quant_config
+        )
+        self.o_proj = RowParallelLinear(self.total_num_heads * self.head_dim, config.hidden_size, bias=bias, quant_config=quant_config)
+        self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.rotary_emb = get_rope(
+            self.head_dim,
+            rotary_dim=self.head_dim,
+            max_position=config.max_position_embeddings,
+            base=getattr(config, "rope_theta", 1000000),
+            rope_scaling=getattr(config, "rope_scaling", None),
+        )
+        self.attn = Attention(
+            self.num_heads,
+            self.head_dim,
+            self.head_dim**-0.5,
+            num_kv_heads=self.num_kv_heads,
+            cache_config=cache_config,
+            quant_config=quant_config,
+        )
+
+    def _per_head(self, norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
+        """RMSNorm over each head's head_dim values (the weight is one head's), shape kept."""
+        return norm(x.reshape(-1, self.head_dim)).view(x.shape)
+
+    def forward(
+        self, positions: torch.Tensor, hidden_states: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        qkv, _ = self.qkv_proj(hidden_states)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k = self.rotary_emb(positions, self._per_head(self.q_norm, q), self._per_head(self.k_norm, k))
+        output, _ = self.o_proj(self.attn(q, k, v, kv_cache, attn_metadata))
+        return output
+
+
+class Qwen3DecoderLayer(nn.Module):
+    def __init__(
+        self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None, mlp=None
+    ) -> None:
+        super().__init__()
+        self.self_attn = Qwen3Attention(config, cache_config, quant_config)
+        # Qwen3-MoE passes its sparse block; the dense model has one MLP per layer.
+        self.mlp = mlp if mlp is not None else Qwen3MLP(config.hidden_size, config.intermediate_size, config.hidden_act, quant_config)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        hidden_states: torch.Tensor,
+        kv_cache: torch.Tensor,
+        attn_metadata: AttentionMetadata,
+        residual: Optional[torch.Tensor],
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        # The engine's convention: the residual add is fused into the next RMSNorm.
+        if residual is None:
+            residual = hidden_states
+            hidden_states = self.input_layernorm(hidden_states)
+        else:
+            hidden_states, residual = self.input_layernorm(hidden_states, residual)
+        hidden_states = self.self_attn(positions, hidden_states, kv_cache, attn_metadata)
+        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
+        return self.mlp(hidden_states), residual
+
+
+class Qwen3Model(nn.Module):
+    def __init__(
+        self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None, layer_fn=None
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, quant_config=quant_config)
+        make = layer_fn or (lambda prefix: Qwen3DecoderLayer(config, cache_config, quant_config))
+        self.start_layer, self.end_layer, self.layers = make_layers(config.num_hidden_layers, make, prefix="model.layers")
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_caches: List[torch.Tensor],
+        attn_metadata: AttentionMetadata,
+        intermediate_tensors: Optional[IntermediateTensors] = None,
+    ):
+        if get_pp_group().is_first_rank:
+            hidden_states, residual = self.embed_tokens(input_ids), None
+        else:
+            hidden_states, residual = intermediate_tensors["hidden_states"], intermediate_tensors["residual"]
+        for i in range(self.start_layer, self.end_layer):
+            hidden_states, residual = self.layers[i](positions, hidden_states, kv_caches[i - self.start_layer], attn_metadata, residual)
+        if not get_pp_group().is_last_rank:
+            return IntermediateTensors({"hidden_states": hidden_states, "residual": residual})
+        hidden_states, _ = self.norm(hidden_states, residual)
+        return hidden_states
+
+
+class Qwen3ForCausalLM(nn.Module):
+    """The engine builds it as its own models: `cls(config=, cache_config=, quant_config=)`."""
+
+    model_cls = Qwen3Model
+
+    def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
+        super().__init__()
+        if "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+            # vLLM 0.5.5's attention takes one window for every layer (cache_config); Qwen3 slides
+            # only from max_window_layers on. No published Qwen3 turns it on.
+            raise ValueError("Qwen3 backport: sliding-window layers (use_sliding_window) are not supported on this engine")
+        self.config = config
+        self.model = self.model_cls(config, cache_config, quant_config)
+        if config.tie_word_embeddings:
+            self.lm_head = self.model.embed_tokens
+        else:
+            self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, quant_config=quant_config)
+        self.logits_processor = LogitsProcessor(config.vocab_size)
+        self.sampler = Sampler()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_caches: List[torch.Tensor],
+        attn_metadata: AttentionMetadata,
+        intermediate_tensors: Optional[IntermediateTensors] = None,
+    ):
+        return self.model(input_ids, positions, kv_caches, attn_metadata, intermediate_tensors)
+
+    def compute_logits(self, hidden_states: torch.Tensor, sampling_metadata: SamplingMetadata) -> Optional[torch.Tensor]:
+        return self.logits_processor(self.lm_head, hidden_states, sampling_metadata)
+
+    def make_empty_intermediate_tensors(self, batch_size: int, dtype: torch.dtype, device: torch.device) -> IntermediateTensors:
+        size = (batch_size, self.config.hidden_size)
+        return IntermediateTensors({key: torch.zeros(size, dtype=dtype, device=device) for key in ("hidden_states", "residual")})
+
+    def sample(self, logits: torch.Tensor, sampling_metadata: SamplingMetadata) -> Optional[SamplerOutput]:
+        return self.sampler(logits, sampling_metadata)
+
+    @staticmethod
+    def target(name: str) -> Tuple[str, object]:
+        """(engine parameter, shard) a checkpoint tensor loads into; shard None: a whole parameter.
+        An MoE expert is a Qwen3MLP too: `mlp.experts.3.gate_proj` stacks as the dense one does."""
+        for param_name, weight_name, shard in STACKED:
+            if weight_name in name:
+                return name.replace(weight_name, param_name), shard
+        return name, None
+
+    def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
+        params = dict(self.named_parameters(remove_duplicate=False))
+        for name, loaded in weights:
+            if "rotary_emb.inv_freq" in name or (self.config.tie_word_embeddings and name.startswith("lm_head.")):
+                continue
+            name, shard = self.target(name)
+            if is_pp_missing_parameter(name, self):
+                continue  # a layer another pipeline rank holds
+            if name not in params:
+                if name.endswith(".bias"):
+                    continue  # GPTQ checkpoints carry biases the layers lack (the engine's qwen2.py skips them too)
+                raise KeyError(f"Qwen3 backport: checkpoint tensor {name} has no parameter in the model")
+            param = params[name]
+            if shard is None:
+                getattr(param, "weight_loader", default_weight_loader)(param, loaded)
+            else:
+                param.weight_loader(param, loaded, shard)

@@ -1,0 +1,153 @@
+"""R10 on real vLLM 0.5.5 (the BI-100 engine generation, built for the CPU): families released
+after the engine, served through the image's backports.
+
+Per backported family, a tiny model saved by the engine's own transformers 4.55 and one saved by
+transformers 5 (so R10 composes with the tokenizer and config repairs), every RMSNorm weight drawn
+at random (a per-head q_norm / k_norm that got the wrong weight changes the tokens):
+1. vanilla 0.5.5 refuses the class (`Model architectures [...] are not supported for now`), and
+   triage names R10;
+2. the iluvatar-bi100 launcher (the engine's Python runs `common launch`) registers the backport
+   through the compat plugin and serves the author's greedy tokens (transformers' own `generate`,
+   float32 on both sides); chat answers; the model directory is untouched;
+3. `doctor --card iluvatar-bi100`, verified with the engine's Python, says it starts with R10;
+   a family with no backport (Gemma 3) still fails with "needs a newer engine".
+
+Each vLLM start costs 15-30 s on two cores: one server per model, every assertion on it.
+"""
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+from common.triage import triage_file
+from common.vllm_plugin.compat_backports import ENV
+from tests.engine import ENGINE_055, ROOT, free_port
+from tests.fixtures.factory import author_record, build
+
+ENGINE = ENGINE_055
+CARD = "iluvatar-bi100"
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not ENGINE.available(), reason=ENGINE.missing_reason),
+]
+
+# float32 as the reference `generate`; 0.5.5 reports token ids only with the server flag.
+GREEDY = ["--dtype", "float32", "--return-tokens-as-token-ids"]
+SEEDED = ("generic", "--initializer-range", "0.1", "--random-norms", "--reference-tokens", "16")
+# Backported family -> (model type for build_model.py, architecture).
+FAMILIES = {"qwen3": "Qwen3ForCausalLM"}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    base = tmp_path_factory.mktemp("backports")
+    cache: Dict[tuple, Path] = {}
+
+    def get(family: str, saved_by: str) -> Path:
+        if (family, saved_by) not in cache:
+            cache[family, saved_by] = build(saved_by, SEEDED[0], base / f"{family}-{saved_by}", *SEEDED[1:], "--model-type", family)
+        return cache[family, saved_by]
+
+    return get
+
+
+def digest(model: Path) -> Dict[str, str]:
+    """Every file of the model directory and its sha256: what "untouched" is checked against."""
+    return {str(p.relative_to(model)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(model.rglob("*")) if p.is_file()}
+
+
+def served_name(report: dict, model: Path) -> str:
+    args = report.get("args", [])
+    return args[args.index("--served-model-name") + 1] if "--served-model-name" in args else str(model)
+
+
+def run_common(*args: str, work: Path) -> subprocess.CompletedProcess:
+    """`python -m common ARGS` under the engine's Python, verified with it (as inside the image)."""
+    env = dict(ENGINE.env(), COMPAT_ENGINE_PYTHON=str(ENGINE.python), COMPAT_WORK_DIR=str(work))
+    return subprocess.run([str(ENGINE.python), "-m", "common", *args], cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_vanilla_refuses_the_family_and_triage_says_r10(models, server, family):
+    model = models(family, "455")
+    srv = server(ENGINE.serve_argv_vanilla(model, free_port()), ENGINE.env(), "vanilla")
+    assert srv.wait_ready() is False
+    srv.wait_exit()  # 0.5.5's frontend exits 0 when its engine died during start-up: the log tells
+    assert f"ValueError: Model architectures ['{FAMILIES[family]}'] are not supported for now." in srv.log()
+    assert triage_file(str(srv.log_path)).code == "R10"
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_launcher_serves_the_backport_with_the_authors_tokens(models, tmp_path, launched, family):
+    model = models(family, "455")
+    before = digest(model)
+    author = author_record(model)
+    srv, report = launched(ENGINE, CARD, model, tmp_path / "work", *GREEDY)
+    [r10] = report["repairs"]
+    assert r10["code"] == "R10" and r10["verified"] is True, report
+    assert report["env"][ENV] == FAMILIES[family] and report["args"] == [], report
+    assert f"compat_weights: registered the backport of {FAMILIES[family]}" in srv.log()
+    got = srv.greedy_tokens(str(model), author["reference_prompt"], len(author["reference_tokens"]), ids_in_request=False)
+    assert got == author["reference_tokens"]
+    status, body = srv.chat(str(model))
+    assert status == 200 and body["choices"][0]["message"]["role"] == "assistant", body
+    assert digest(model) == before
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_launcher_composes_the_backport_with_the_transformers5_repairs(models, tmp_path, launched, family):
+    """Saved by transformers 5: the tokenizer (R3, R3b) and config (R5) repairs and the backport
+    on one start, with transformers 5's greedy tokens."""
+    model = models(family, "v5")
+    before = digest(model)
+    author = author_record(model)
+    srv, report = launched(ENGINE, CARD, model, tmp_path / "work", *GREEDY)
+    codes = {r["code"] for r in report["repairs"]}
+    assert {"R3", "R3b", "R5", "R10"} <= codes and all(r["verified"] for r in report["repairs"]), report
+    name = served_name(report, model)
+    got = srv.greedy_tokens(name, author["reference_prompt"], len(author["reference_tokens"]), ids_in_request=False)
+    assert got == author["reference_tokens"]
+    status, body = srv.chat(name)
+    assert status == 200, body
+    assert digest(model) == before
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_doctor_says_the_family_starts_with_its_backport(models, tmp_path, family):
+    doctor = run_common("doctor", str(models(family, "455")), "--card", CARD, "--json", work=tmp_path / "work")
+    data = json.loads(doctor.stdout)
+    assert doctor.returncode == 0 and data["verdict"] == "starts", doctor.stdout[-3000:]
+    [r10] = data["repairs"]
+    assert r10["code"] == "R10" and r10["verified"] is True and "layer APIs the backport calls" in r10["verification"], r10
+    assert data["findings"] == [] or all(f["severity"] == "info" for f in data["findings"]), data["findings"]
+
+
+def test_doctor_says_a_family_without_a_backport_needs_a_newer_engine(tmp_path):
+    model = build("455", "generic", tmp_path / "gemma3", "--model-type", "gemma3", "--no-weights")
+    doctor = run_common("doctor", str(model), "--card", CARD, "--json", work=tmp_path / "work")
+    data = json.loads(doctor.stdout)
+    assert doctor.returncode == 1 and data["verdict"] == "fails", doctor.stdout[-3000:]
+    [r4] = [f for f in data["findings"] if f["code"] == "R4"]
+    assert r4["severity"] == "error" and "Gemma3ForCausalLM" in r4["message"] and "needs a newer engine" in r4["message"]
+    assert not data["repairs"] or "R10" not in {r["code"] for r in data["repairs"]}
+
+
+def test_the_plugin_registers_nothing_unless_asked(tmp_path):
+    """With the plugin on PYTHONPATH but COMPAT_BACKPORTS unset, the engine's registry is its own
+    (the launcher tests show the registration when asked)."""
+    from common.rules.weights_plugin import PLUGIN_DIR
+
+    code = (
+        "from vllm.plugins import load_general_plugins; from vllm import ModelRegistry; load_general_plugins(); "
+        "print('Qwen3ForCausalLM' in ModelRegistry.get_supported_archs())"
+    )
+    env = dict(ENGINE.env(), PYTHONPATH=PLUGIN_DIR)
+    env.pop(ENV, None)
+    out = subprocess.run([str(ENGINE.python), "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip().splitlines()[-1] == "False", out.stderr[-2000:]
+    assert "Loaded general plugin: compat_weights" in out.stdout  # loaded, and asked for nothing
