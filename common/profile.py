@@ -59,6 +59,12 @@ class Profile:
         self.layer_api: Optional[Dict[str, FrozenSet[str]]] = (
             None if not isinstance(raw_api, dict) else {str(k): frozenset(v) for k, v in raw_api.items() if isinstance(v, list)}
         )
+        # model_type -> its config class's attribute_map (another name -> the key it stores): R5
+        # restores a key transformers 5 renamed where the engine's class does not map it. None: unknown.
+        raw_maps = engine.get("config_attribute_maps")
+        self.config_attribute_maps: Optional[Dict[str, Dict[str, str]]] = (
+            None if not isinstance(raw_maps, dict) else {str(k): dict(v) for k, v in raw_maps.items() if isinstance(v, dict)}
+        )
         reads = engine.get("reads") if isinstance(engine.get("reads"), dict) else {}
         self.reads_rope_parameters: Optional[bool] = reads.get("rope_parameters")
         self.reads_dtype_key: Optional[bool] = reads.get("dtype")

@@ -157,6 +157,25 @@ def null_head_dim_model_types() -> List[str]:
     return sorted(found)
 
 
+def config_attribute_maps() -> Dict[str, Dict[str, str]]:
+    """model_type -> its config class's `attribute_map` (a name the class also answers to -> the
+    key it stores), where the class has one: which of transformers 5's renamed keys (num_experts
+    -> num_local_experts) this transformers reads. Class attributes, nothing instantiated."""
+    try:
+        from transformers import CONFIG_MAPPING
+    except Exception:
+        return {}
+    found = {}
+    for model_type in list(CONFIG_MAPPING.keys()):
+        try:
+            mapping = getattr(CONFIG_MAPPING[model_type], "attribute_map", None)
+        except Exception:  # a config module that cannot import here
+            continue
+        if isinstance(mapping, dict) and mapping:
+            found[model_type] = {str(k): str(v) for k, v in sorted(mapping.items())}
+    return found
+
+
 def _mapping_names(module: str) -> Dict[str, Any]:
     """The literal `*_MAPPING_NAMES` tables of a transformers auto module, read from its source.
 
@@ -443,6 +462,7 @@ def snapshot(vllm_source: str = "") -> Dict[str, Any]:
         "quantization_methods": quantization_methods(),
         "head_dim_none_fallback": head_dim_none_fallback(),
         "null_head_dim_model_types": null_head_dim_model_types(),
+        "config_attribute_maps": config_attribute_maps(),
         "reads": reads_transformers5_format(),
         "serve_config_file": serve_config_file(),
         "general_plugins": general_plugins(),

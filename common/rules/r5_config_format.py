@@ -14,6 +14,10 @@ keeps its language model's RoPE in `text_config.rope_parameters`, which transfor
 the same silent way; `--hf-overrides` replaces a nested dict wholesale, so the repaired
 `text_config` is given whole and carried by `--hf-config-path` (a rewritten config.json, the
 model path kept) or a model view, verified by the engine's AutoConfig reading the nested value.
+transformers 5 also renamed some keys (Qwen3-MoE writes `num_local_experts`, which its class
+answers to as `num_experts` through attribute_map); an engine's config class without that mapping
+(transformers 4.55 and 4.57: from the profile's `config_attribute_maps`) uses its default, 128
+experts, and the checkpoint no longer fits the model: the old key is restored the same way.
 """
 
 from __future__ import annotations
@@ -37,6 +41,11 @@ CONFIG_DTYPES = ("float16", "bfloat16", "float32", "float64", "half", "float")
 # `dtype: float32` model lost to 4.55 is served in float16 either way; `--dtype float32` would
 # double its weight memory), i.e. where the engine would pick differently for float32.
 AUTO_SERVES = {"float32": "float16", "float": "float16", "float64": "float16"}
+# Keys transformers 5 renamed, per model_type: (the key it writes, the key transformers 4.x reads).
+# Its class answers to the old name through attribute_map; whether the engine's does is a profile fact.
+RENAMED = {
+    "qwen3_moe": (("num_local_experts", "num_experts"),),
+}
 # rope_parameters keys that are not part of a 4.x `rope_scaling` dict.
 NOT_SCALING = ("rope_theta", "partial_rotary_factor")
 
@@ -148,6 +157,7 @@ class ConfigFormat(Rule):
             return outcome
         refused: List[str] = []
         lost = lost_values(config, rope_read, dtype_read, refused)
+        lost.update(self._renamed(ctx, config, refused, outcome))
         for why in refused:
             outcome.findings.append(
                 self.finding("warning", f"{why}: not restored; the engine's transformers {version} will use its default")
@@ -184,6 +194,32 @@ class ConfigFormat(Rule):
             repair.config_edits = {key: lost[key] for key in left}
         outcome.repairs.append(repair)
         return outcome
+
+    def _renamed(self, ctx: Context, config: Dict[str, Any], refused: List[str], outcome: Outcome) -> Dict[str, Any]:
+        """The keys transformers 5 renamed that the engine's config class would not read, under
+        the name it reads."""
+        model_type = config.get("model_type")
+        pairs = RENAMED.get(model_type, ()) if isinstance(model_type, str) else ()
+        wanted = [(new, old) for new, old in pairs if new in config and old not in config]
+        if not wanted:
+            return {}
+        maps = ctx.profile.config_attribute_maps
+        if maps is None:
+            names = ", ".join(new for new, _ in wanted)
+            outcome.findings.append(
+                self.finding("unverified", f"this profile does not say whether the engine's transformers reads {names}")
+            )
+            return {}
+        lost = {}
+        for new, old in wanted:
+            if maps.get(model_type, {}).get(old) == new:
+                continue  # the engine's class reads the new name too
+            value = config[new]
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                lost[old] = value
+            else:
+                refused.append(f"{new} is {_shown(value)}, not a positive count")
+        return lost
 
     @staticmethod
     def _detail(lost: Dict[str, Any], version: str) -> str:

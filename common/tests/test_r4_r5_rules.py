@@ -272,3 +272,29 @@ def test_a_lost_dtype_is_restored_only_where_auto_would_pick_differently(tmp_pat
     config = llama(dtype=dtype)
     plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), "iluvatar-bi100", env=env_for_tests)
     assert plan["args"] == args
+
+
+# transformers 5's Qwen3-MoE: `num_local_experts`, which its class answers to as `num_experts`.
+QWEN3_MOE_V5 = dict(
+    v5_config(), architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", head_dim=64, num_local_experts=4, num_experts_per_tok=2
+)
+
+
+def test_a_key_transformers5_renamed_is_restored_under_the_name_the_engine_reads(tmp_path, env_for_tests):
+    """transformers 4.57 and 4.55 read `num_experts` only (default 128): restored through
+    --hf-overrides on nv-a100, a model view on BI-100; transformers 5 (@next) reads both."""
+    model = model_dir(tmp_path / "m", {"config.json": QWEN3_MOE_V5})
+    assert overrides(preflight_json(model, env=env_for_tests))["num_experts"] == 4
+    plan = preflight_json(model, "iluvatar-bi100", env=env_for_tests)
+    [repair] = repairs(plan, "R5")
+    assert repair["config_edits"] == {"num_experts": 4} and repair["verified"] is True, repair
+    assert json.loads((Path(plan["view"]["path"]) / "config.json").read_text())["num_experts"] == 4
+    assert repairs(preflight_json(model, "nv-a100@next", env=env_for_tests), "R5") == []
+
+
+@pytest.mark.parametrize("value", [0, -1, "4", True, None])
+def test_a_renamed_key_that_is_no_count_is_not_restored(tmp_path, env_for_tests, value):
+    config = dict(QWEN3_MOE_V5, num_local_experts=value)
+    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), env=env_for_tests)
+    assert "num_experts" not in (overrides(plan) or {})
+    assert any("num_local_experts is" in f["message"] for f in findings(plan, "R5")), plan["findings"]

@@ -39,6 +39,8 @@ def profile_json(card: Dict[str, Any], snap: Dict[str, Any]) -> Dict[str, Any]:
             "config_model_types": snap["config_model_types"],
             # What its transformers reads of the transformers-5 formats (R3, R5 decide from it).
             "reads": snap["reads"],
+            # Which names each config class also answers to (R5: keys transformers 5 renamed).
+            "config_attribute_maps": snap.get("config_attribute_maps"),
             # Whether `vllm serve --config FILE.yaml` is read: its flags then count as the user's.
             "serve_config_file": snap["serve_config_file"],
             # Whether it runs general plugins and has the weight iterator R8's plugin wraps.
