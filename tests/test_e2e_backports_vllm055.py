@@ -4,6 +4,7 @@ after the engine, served through the image's backports.
 Per backported family, a tiny model saved by the engine's own transformers 4.55 and one saved by
 transformers 5 (so R10 composes with the tokenizer and config repairs), every RMSNorm weight drawn
 at random (a per-head q_norm / k_norm that got the wrong weight changes the tokens):
+Families: Qwen3 and Qwen3-MoE (its transformers-5 save with the experts fused, so R8 composes too).
 1. vanilla 0.5.5 refuses the class (`Model architectures [...] are not supported for now`), and
    triage names R10;
 2. the iluvatar-bi100 launcher (the engine's Python runs `common launch`) registers the backport
@@ -39,8 +40,12 @@ pytestmark = [
 # float32 as the reference `generate`; 0.5.5 reports token ids only with the server flag.
 GREEDY = ["--dtype", "float32", "--return-tokens-as-token-ids"]
 SEEDED = ("generic", "--initializer-range", "0.1", "--random-norms", "--reference-tokens", "16")
-# Backported family -> (model type for build_model.py, architecture).
-FAMILIES = {"qwen3": "Qwen3ForCausalLM"}
+# Backported family (build_model.py's model type) -> its architecture.
+FAMILIES = {"qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
+# What transformers 5 adds for a family: Qwen3-MoE with its experts stored fused, as MoE
+# checkpoints released after v5 are (R8 splits them for the backport's per-expert MLPs).
+V5_EXTRA = {"qwen3_moe": ("--fused-experts",)}
+V5_CODES = {"qwen3_moe": {"R8"}}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +55,8 @@ def models(tmp_path_factory):
 
     def get(family: str, saved_by: str) -> Path:
         if (family, saved_by) not in cache:
-            cache[family, saved_by] = build(saved_by, SEEDED[0], base / f"{family}-{saved_by}", *SEEDED[1:], "--model-type", family)
+            extra = V5_EXTRA.get(family, ()) if saved_by == "v5" else ()
+            cache[family, saved_by] = build(saved_by, SEEDED[0], base / f"{family}-{saved_by}", *SEEDED[1:], "--model-type", family, *extra)
         return cache[family, saved_by]
 
     return get
@@ -101,14 +107,14 @@ def test_launcher_serves_the_backport_with_the_authors_tokens(models, tmp_path, 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_launcher_composes_the_backport_with_the_transformers5_repairs(models, tmp_path, launched, family):
-    """Saved by transformers 5: the tokenizer (R3, R3b) and config (R5) repairs and the backport
-    on one start, with transformers 5's greedy tokens."""
+    """Saved by transformers 5: the tokenizer (R3, R3b) and config (R5) repairs (and R8's split of
+    fused experts) and the backport on one start, with transformers 5's greedy tokens."""
     model = models(family, "v5")
     before = digest(model)
     author = author_record(model)
     srv, report = launched(ENGINE, CARD, model, tmp_path / "work", *GREEDY)
     codes = {r["code"] for r in report["repairs"]}
-    assert {"R3", "R3b", "R5", "R10"} <= codes and all(r["verified"] for r in report["repairs"]), report
+    assert {"R3", "R3b", "R5", "R10"} | V5_CODES.get(family, set()) <= codes and all(r["verified"] for r in report["repairs"]), report
     name = served_name(report, model)
     got = srv.greedy_tokens(name, author["reference_prompt"], len(author["reference_tokens"]), ids_in_request=False)
     assert got == author["reference_tokens"]

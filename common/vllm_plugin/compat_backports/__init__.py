@@ -51,6 +51,11 @@ LAYERS_055: Dict[str, Tuple[str, ...]] = {
     "model_executor/model_loader/loader.py:build_model": ("model_class", "hf_config", "cache_config", "quant_config"),
 }
 
+# An MoE's router: one whole linear layer on every rank (the experts are the layers above).
+EXPERTS_055: Dict[str, Tuple[str, ...]] = {
+    "model_executor/layers/linear.py:ReplicatedLinear": ("input_size", "output_size", "bias", "quant_config"),
+}
+
 
 class Backport:
     """One backported class: the module of this package that defines it and the API it calls."""
@@ -68,6 +73,7 @@ class Backport:
 # architecture -> its backport: one line per backported family.
 BACKPORTS: Dict[str, Backport] = {
     "Qwen3ForCausalLM": Backport("Qwen3ForCausalLM", "qwen3", LAYERS_055),
+    "Qwen3MoeForCausalLM": Backport("Qwen3MoeForCausalLM", "qwen3_moe", dict(LAYERS_055, **EXPERTS_055)),
 }
 
 

@@ -177,7 +177,7 @@ class Qwen3ForCausalLM(nn.Module):
 
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
         super().__init__()
-        if "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+        if getattr(config, "use_sliding_window", False) or "sliding_attention" in (getattr(config, "layer_types", None) or ()):
             # vLLM 0.5.5's attention takes one window for every layer (cache_config); Qwen3 slides
             # only from max_window_layers on. No published Qwen3 turns it on.
             raise ValueError("Qwen3 backport: sliding-window layers (use_sliding_window) are not supported on this engine")
