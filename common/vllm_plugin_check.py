@@ -1,12 +1,13 @@
-"""Check at image build that the image's Python finds the vLLM plugin (R8, R9) only when asked.
+"""Check at image build that the image's Python finds the vLLM plugin (R8, R9, R10) only when asked.
 
 usage: python3 -m common.vllm_plugin_check [PLUGIN_DIR]   (default: common/vllm_plugin)
 
 vLLM discovers general plugins through importlib.metadata entry points. The plugin is not
-installed: its directory holds a `*.dist-info` that the R8 and R9 repairs put first on PYTHONPATH. With
-the directory on PYTHONPATH the image's own Python must see the entry point and load it (the
-module imports without torch); without it the entry point must not exist, so that no model the
-preflight did not ask for runs through the plugin. Exits 1 with one line when either fails.
+installed: its directory holds a `*.dist-info` that the R8, R9 and R10 repairs put first on
+PYTHONPATH. With the directory on PYTHONPATH the image's own Python must see the entry point and
+load it (the module imports without torch); without it the entry point must not exist, so that
+no model the preflight did not ask for runs through the plugin. Exits 1 with one line when
+either fails.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ backports (common/vllm_plugin/compat_backports: one module per family, written a
 layers of that engine generation, so the vendor's kernels run them). A backport is used only
 where the engine's profile says the class is missing and its layer API (`layer_api`, read from
 the engine's source, never from a version number) has every class and parameter the backport
-calls (asked again of the engine's own Python before the start). The repair puts the plugin directory first on PYTHONPATH and names the class in
-COMPAT_BACKPORTS; the plugin registers it with the engine's ModelRegistry before the model
-loads. Where no backport fits, the finding is an error: the model needs a newer engine.
+calls (asked again of the engine's own Python before the start). The repair puts the plugin
+directory first on PYTHONPATH and names the class in COMPAT_BACKPORTS; the plugin registers it
+with the engine's ModelRegistry before the model loads. Where no backport fits, the finding is
+an error: the model needs a newer engine.
 """
 
 from __future__ import annotations
