@@ -230,10 +230,23 @@ def _materialize(pending: Pending, ask_engine_config: bool) -> None:
     carried_requests = carried.requests(trust) if carried is not None and carried.config_dir else []
     requests += carried_requests
     pending.carried_requests = len(carried_requests)
-    if ask_engine_config and model.state("config.json").exists:
+    if ask_engine_config and model.state("config.json").exists and _engine_reads_with_transformers(plan, model, pending.profile):
         requests.append({"kind": "config", "path": model.path, "trust_remote_code": trust, "attributes": []})
         pending.config_request = True
     pending.requests = requests
+
+
+def _engine_reads_with_transformers(plan: Plan, model: ModelDir, profile: Profile) -> bool:
+    """Whether the engine hands config.json to its transformers' AutoConfig. A model type the
+    engine reads with a config class of its own (profile: own_config_classes, e.g. vLLM 0.11's
+    RWConfig for RefinedWeb) never reaches AutoConfig, which would refuse it: asking it would
+    contradict the engine."""
+    model_type = model.json_object("config.json").get("model_type")
+    own = profile.own_config_classes or {}
+    if isinstance(model_type, str) and model_type in own:
+        say(f"config.json: vLLM {profile.vllm_version} reads model_type {model_type!r} with its own {own[model_type]}, not AutoConfig")
+        return False
+    return True
 
 
 def _apply_answers(pending: Pending, answers: List[Answer]) -> None:

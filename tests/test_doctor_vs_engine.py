@@ -173,6 +173,34 @@ def remote_code() -> dict:
     )
 
 
+def refined_web() -> dict:
+    """Falcon's original config (tiiuae/falcon-7b as first published): model_type RefinedWebModel,
+    auto_map to the model's own configuration_RW.RWConfig, whose file is not in the directory.
+    transformers has no such model type; vLLM has a config class of its own for it."""
+    return {
+        "architectures": ["RWForCausalLM"],
+        "model_type": "RefinedWebModel",
+        "auto_map": {"AutoConfig": "configuration_RW.RWConfig", "AutoModelForCausalLM": "modelling_RW.RWForCausalLM"},
+        "torch_dtype": "bfloat16",
+        "hidden_size": 256,
+        "n_head": 4,
+        "n_layer": 2,
+        "vocab_size": 396,
+        "multi_query": True,
+        "parallel_attn": True,
+        "bias": False,
+        "alibi": False,
+        "apply_residual_connection_post_layernorm": False,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "layer_norm_epsilon": 1e-05,
+        "initializer_range": 0.02,
+        "use_cache": True,
+        "bos_token_id": 0,
+        "eos_token_id": 2,
+    }
+
+
 ADAPTER_CONFIG = {
     "base_model_name_or_path": "TinyOrg/tiny-llama",
     "peft_type": "LORA",
@@ -244,6 +272,9 @@ CASES: List[Case] = [
         "has model type `qwen3_5` but Transformers does not recognize this architecture",
     ),
     Case("nv-a100", "remote-code", _config(remote_code), "fails", ("REMOTE_CODE",), "contains custom code which must be executed"),
+    # The engine's own config class (issue 24, class 1): vLLM 0.11.0 reads RefinedWebModel with its
+    # RWConfig before transformers is asked, whatever auto_map says, and gets to the weights.
+    Case("nv-a100", "refined-web", _config(refined_web), "starts"),
     Case(
         "nv-a100",
         "adapter-only",
@@ -303,6 +334,8 @@ CASES: List[Case] = [
         "has model type `qwen3_5` but Transformers does not recognize this architecture",
     ),
     Case("iluvatar-bi100", "remote-code", _config(remote_code), "fails", ("REMOTE_CODE",), "contains custom code which must be executed"),
+    # The same config on 0.5.5, which asks transformers first (its RWConfig comes after): refused.
+    Case("iluvatar-bi100", "refined-web", _config(refined_web), "fails", ("REMOTE_CODE",), "contains custom code which must be executed"),
     Case(
         "iluvatar-bi100",
         "adapter-only",
