@@ -201,6 +201,45 @@ def refined_web() -> dict:
     }
 
 
+def deepseek_v3() -> dict:
+    """A DeepSeek-V3 checkpoint's config: auto_map to its own modeling_deepseek (not in the
+    directory) for a model type transformers knows (4.55 and 4.57 both read it themselves)."""
+    return {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "auto_map": {
+            "AutoConfig": "configuration_deepseek.DeepseekV3Config",
+            "AutoModel": "modeling_deepseek.DeepseekV3Model",
+            "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM",
+        },
+        "torch_dtype": "bfloat16",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "moe_intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "first_k_dense_replace": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "n_routed_experts": 4,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "n_group": 1,
+        "topk_group": 1,
+        "q_lora_rank": None,
+        "kv_lora_rank": 64,
+        "qk_nope_head_dim": 32,
+        "qk_rope_head_dim": 32,
+        "v_head_dim": 32,
+        "max_position_embeddings": 512,
+        "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-06,
+        "vocab_size": 396,
+        "bos_token_id": 0,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+    }
+
+
 ADAPTER_CONFIG = {
     "base_model_name_or_path": "TinyOrg/tiny-llama",
     "peft_type": "LORA",
@@ -336,6 +375,16 @@ CASES: List[Case] = [
     Case("iluvatar-bi100", "remote-code", _config(remote_code), "fails", ("REMOTE_CODE",), "contains custom code which must be executed"),
     # The same config on 0.5.5, which asks transformers first (its RWConfig comes after): refused.
     Case("iluvatar-bi100", "refined-web", _config(refined_web), "fails", ("REMOTE_CODE",), "contains custom code which must be executed"),
+    # auto_map to the model's own classes for a model type transformers knows (class 2): the
+    # config reads, and vLLM 0.5.5 looks its registry up whatever auto_map says.
+    Case(
+        "iluvatar-bi100",
+        "deepseek-v3-auto-map",
+        _config(deepseek_v3),
+        "fails",
+        ("R4",),
+        "Model architectures ['DeepseekV3ForCausalLM'] are not supported for now.",
+    ),
     Case(
         "iluvatar-bi100",
         "adapter-only",
