@@ -428,10 +428,11 @@ def case_param(case: Case):
 # ---- running doctor and the engine -------------------------------------------------------------
 
 
-def doctor(model: Path, card: str) -> dict:
-    """What a user runs before submitting, with the engine's Python for verification."""
+def doctor(model: Path, card: str, engine_python: Optional[str] = None) -> dict:
+    """What a user runs before submitting, with the engine's Python for verification (or the
+    one named)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPAT_")}
-    env["COMPAT_ENGINE_PYTHON"] = str(ENGINE_OF_CARD[card].python)
+    env["COMPAT_ENGINE_PYTHON"] = engine_python or str(ENGINE_OF_CARD[card].python)
     proc = subprocess.run(
         [sys.executable, "-m", "common", "doctor", str(model), "--card", card, "--json", "--", *PLATFORM_ARGS],
         cwd=str(ROOT),
@@ -622,3 +623,29 @@ def test_doctor_verdict_is_the_engines(request, results, case: Case):
     assert result.launcher is not None and result.report is not None
     assert [r["code"] for r in result.report["repairs"]] == repairs, table
     assert result.launcher.kind == (PAST_WEIGHTS if case.weights_file else WEIGHTS), table
+
+
+# ---- a check doctor could not make (issue 24, class 3) ------------------------------------------
+
+
+@pytest.mark.skipif(not ENGINE_055.available(), reason=ENGINE_055.missing_reason)
+def test_h1_with_a_python_without_vllm_is_unverified_and_starts_with_the_engines(tmp_path):
+    """iluvatar-bi100 repairs head size 100 by adding it to vLLM 0.5.5's
+    PagedAttention.get_supported_head_sizes at start, a check of the engine's own file. Asked of
+    a Python that has transformers but no vLLM (the dev venv running the tests), doctor cannot
+    make that check: its verdict is "unverified" (exit 2), never "fails". Asked of the engine's
+    Python, the same model starts with H1 verified against vLLM 0.5.5's own paged_attn.py. (The
+    launcher is not started here: it would patch the shared engine venv's file.)"""
+    model = write_model(tmp_path / "model", llama(hidden_size=400, head_dim=100))
+    probe = subprocess.run(
+        [sys.executable, "-c", "import importlib.util as u; print(u.find_spec('vllm') is None)"], capture_output=True, text=True
+    )
+    assert probe.stdout.strip() == "True", "the Python without vLLM has one"
+    without = doctor(model, "iluvatar-bi100", engine_python=sys.executable)
+    assert without["verdict"] == "unverified" and without["failing"] == [] and "H1" in without["unverified"], without
+    [h1] = [r for r in without["repairs"] if r["code"] == "H1"]
+    assert h1["verified"] is None and "'vllm' is not installed" in h1["verification"], h1
+    engine = doctor(model, "iluvatar-bi100")
+    [h1] = [r for r in engine["repairs"] if r["code"] == "H1"]
+    assert engine["verdict"] == "starts" and h1["verified"] is True, engine
+    assert h1["verification"].endswith("vllm/attention/ops/paged_attn.py: would apply"), h1
