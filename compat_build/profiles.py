@@ -59,7 +59,11 @@ def main(argv: Any = None) -> int:
                 file=sys.stderr,
             )
             return 1
-        text = render(profile_json(card_json(card), snap))
+        data = profile_json(card_json(card), snap)
+        # Where this checkout keeps the engine the profile was taken from: doctor verifies with
+        # it when no COMPAT_ENGINE_PYTHON* names one (an image's baked profile has no such entry).
+        data["snapshot_env"] = card.snapshot_env
+        text = render(data)
         path = os.path.join(PROFILE_DIR, f"{name}.json")
         current = open(path, encoding="utf-8").read() if os.path.exists(path) else None
         if current != text:

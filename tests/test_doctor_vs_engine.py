@@ -433,6 +433,9 @@ def doctor(model: Path, card: str, engine_python: Optional[str] = None) -> dict:
     one named)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPAT_")}
     env["COMPAT_ENGINE_PYTHON"] = engine_python or str(ENGINE_OF_CARD[card].python)
+    # The card's own engine is the one held against vanilla here: its variants (nv-a100@next,
+    # which doctor would find in this checkout and could recommend) are left unverified.
+    env["COMPAT_ENGINE_PYTHON_NEXT"] = "/nonexistent/engine-next/python"
     proc = subprocess.run(
         [sys.executable, "-m", "common", "doctor", str(model), "--card", card, "--json", "--", *PLATFORM_ARGS],
         cwd=str(ROOT),
