@@ -147,7 +147,7 @@ def run(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[str, s
     results: Dict[str, Dict[str, Any]] = {}
     for name in names:
         profile = load_profile(name)
-        engine = resolve(name, profile, env, asked=name == names[0])
+        engine = resolve(name, env, asked=name == names[0])
         results[name] = examine(model_dir, name, vllm_args, engine.env(env), keep_work_dir)
         results[name]["vllm_version"] = profile.vllm_version
         results[name]["engine_python"] = engine.to_json()

@@ -244,7 +244,7 @@ def run(
     try:
         for name in names:
             profile = load_profile(name)
-            engine = resolve(name, profile, env, asked=card != ALL and name == names[0])
+            engine = resolve(name, env, asked=card != ALL and name == names[0])
             by_card[name] = judge_card(models, name, vllm_args, env, engine, progress, keep_work_dir)
             report["cards"][name] = {"vllm_version": profile.vllm_version, "engine_python": engine.to_json()}
     finally:

@@ -4,7 +4,8 @@ In order: the variable that names it (COMPAT_ENGINE_PYTHON for a card's default 
 the variant `--card` names itself, COMPAT_ENGINE_PYTHON_<VARIANT> for a variant: `_NEXT` for
 nv-a100@next); inside an image, the
 image's own Python (its engine's); in a checkout, the engine venv its profile was snapshotted
-from (the card's `snapshot_env`, e.g. .venv-engine, which `make envs` builds); else, for a
+from (the card's `snapshot_env`, e.g. .venv-engine, which `make envs` builds; engine_venvs.json,
+written by `make profiles`, says which); else, for a
 default engine, the Python running doctor, and for a variant none at all: its checks cannot run
 and its verdict is "unverified", never another engine's.
 
@@ -23,10 +24,10 @@ TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Mapping
 
-    from .profile import Profile
-
 # The checkout this runtime package sits in (its parent): where the engine venvs are.
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# card -> its engine venv, relative to the checkout (`make profiles` writes it from card.toml).
+ENGINE_VENVS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_venvs.json")
 VARIABLE = "COMPAT_ENGINE_PYTHON"
 
 
@@ -72,15 +73,29 @@ def variables_for(card: str, asked: bool = False) -> List[str]:
     return [VARIABLE, own] if asked else [own]
 
 
-def checkout_python(profile: Profile, root: str = "") -> str:
-    """The Python of the checkout's engine venv the profile names, or "" when there is none."""
-    if not profile.snapshot_env:
+def checkout_venv(card: str) -> str:
+    """The checkout's engine venv of `card` (relative to the checkout), or "" when none is named."""
+    import json
+
+    try:
+        with open(ENGINE_VENVS, encoding="utf-8") as fh:
+            venvs = json.load(fh)
+    except (OSError, ValueError):
         return ""
-    path = os.path.join(root or CHECKOUT, profile.snapshot_env, "bin", "python")
+    venv = venvs.get(card) if isinstance(venvs, dict) else None
+    return venv if isinstance(venv, str) and venv and not os.path.isabs(venv) else ""
+
+
+def checkout_python(card: str, root: str = "") -> str:
+    """The Python of the checkout's engine venv of `card`, or "" when it is not there."""
+    venv = checkout_venv(card)
+    if not venv:
+        return ""
+    path = os.path.join(root or CHECKOUT, venv, "bin", "python")
     return path if os.path.isfile(path) and os.access(path, os.X_OK) else ""
 
 
-def resolve(card: str, profile: Profile, env: Mapping[str, str], asked: bool = False, root: str = "") -> EnginePython:
+def resolve(card: str, env: Mapping[str, str], asked: bool = False, root: str = "") -> EnginePython:
     """The interpreter doctor verifies `card` with (see the module's docstring); `asked`: the
     card is the one --card names (a variant named itself takes COMPAT_ENGINE_PYTHON too)."""
     names = variables_for(card, asked)
@@ -89,10 +104,10 @@ def resolve(card: str, profile: Profile, env: Mapping[str, str], asked: bool = F
             return EnginePython(env[name], name)
     if image_card() is not None:
         return EnginePython(sys.executable, "the image's own Python")
-    venv = checkout_python(profile, root)
+    venv = checkout_python(card, root)
     if venv:
         return EnginePython(venv, "this checkout's engine venv")
     unset = " or ".join(names)
     if VARIABLE in names:
         return EnginePython(sys.executable, f"the Python running doctor: no {unset} set and no engine venv in this checkout")
-    return EnginePython("", f"no {unset} set and no {profile.snapshot_env or 'engine venv'} in this checkout")
+    return EnginePython("", f"no {unset} set and no {checkout_venv(card) or 'engine venv'} in this checkout")

@@ -27,9 +27,6 @@ class Profile:
     def __init__(self, data: Dict[str, Any]) -> None:
         engine = data["engine"]
         self.card = str(data["card"])
-        # The checkout's venv this profile was snapshotted from (`make profiles`: the card's
-        # snapshot_env, relative to the checkout); absent from a profile baked in an image.
-        self.snapshot_env: Optional[str] = data.get("snapshot_env") if isinstance(data.get("snapshot_env"), str) else None
         self.vllm_version = str(data["vllm_version"])
         self.transformers_version = str(data["transformers_version"])
         self.head_sizes: Tuple[int, ...] = tuple(int(x) for x in data["attention"]["head_sizes"])

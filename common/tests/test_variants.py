@@ -30,7 +30,6 @@ def profiles(tmp_path, monkeypatch):
     shutil.copy(os.path.join(profile.PROFILE_DIR, "nv-a100.json"), folder / "nv-a100.json")
     data = json.loads((folder / "nv-a100.json").read_text())
     data["card"], data["vllm_version"], data["transformers_version"] = "nv-a100@next", "0.32.0", "5.19.0"
-    data["snapshot_env"] = ".venv-engine-next"
     engine = data["engine"]
     engine["architectures"].append("Qwen3_5ForCausalLM")
     engine["config_model_types"].append("qwen3_5")
@@ -105,24 +104,23 @@ def fake_checkout(tmp_path, snapshot_env):
 def test_the_variable_wins_then_the_checkouts_venv_then_nothing_for_a_variant(tmp_path, monkeypatch):
     from common import engines
 
+    # make profiles writes where this checkout keeps each card's engine (card.toml's snapshot_env).
+    venvs = json.loads(Path(engines.ENGINE_VENVS).read_text())
+    assert venvs["nv-a100@next"] == ".venv-engine-next" and venvs["iluvatar-bi100"] == ".venv-engine055"
     root, python = fake_checkout(tmp_path, ".venv-engine-next")
-    data = json.loads(Path(profile.PROFILE_DIR, "nv-a100@next.json").read_text())
-    assert data["snapshot_env"] == ".venv-engine-next"  # make profiles writes the card's snapshot_env
-    next_profile = profile.Profile(data)
-    monkeypatch.setattr(profile, "image_card", lambda: None)
     monkeypatch.setattr(engines, "image_card", lambda: None)
-    named = engines.resolve("nv-a100@next", next_profile, {"COMPAT_ENGINE_PYTHON_NEXT": "/opt/next/python"}, root=str(root))
+    named = engines.resolve("nv-a100@next", {"COMPAT_ENGINE_PYTHON_NEXT": "/opt/next/python"}, root=str(root))
     assert (named.path, named.source) == ("/opt/next/python", "COMPAT_ENGINE_PYTHON_NEXT")
-    found = engines.resolve("nv-a100@next", next_profile, {"COMPAT_ENGINE_PYTHON": "/opt/default/python"}, root=str(root))
+    found = engines.resolve("nv-a100@next", {"COMPAT_ENGINE_PYTHON": "/opt/default/python"}, root=str(root))
     assert (found.path, found.source) == (str(python), "this checkout's engine venv")
-    none = engines.resolve("nv-a100@next", next_profile, {}, root=str(tmp_path / "elsewhere"))
-    assert none.path == "" and "COMPAT_ENGINE_PYTHON_NEXT" in none.source
+    none = engines.resolve("nv-a100@next", {}, root=str(tmp_path / "elsewhere"))
+    assert none.path == "" and "COMPAT_ENGINE_PYTHON_NEXT" in none.source and ".venv-engine-next" in none.source
     assert none.env({})["COMPAT_ENGINE_PYTHON"].startswith("(no engine Python")  # its checks cannot run
     # A card's default engine without a venv: the Python running doctor, as preflight does.
-    default = engines.resolve("nv-a100", profile.load_profile("nv-a100"), {}, root=str(tmp_path / "elsewhere"))
+    default = engines.resolve("nv-a100", {}, root=str(tmp_path / "elsewhere"))
     assert default.path == sys.executable and "no COMPAT_ENGINE_PYTHON set" in default.source
     # A variant named by --card itself takes COMPAT_ENGINE_PYTHON too.
-    asked = engines.resolve("nv-a100@next", next_profile, {"COMPAT_ENGINE_PYTHON": "/opt/x"}, asked=True, root=str(tmp_path / "elsewhere"))
+    asked = engines.resolve("nv-a100@next", {"COMPAT_ENGINE_PYTHON": "/opt/x"}, asked=True, root=str(tmp_path / "elsewhere"))
     assert asked.path == "/opt/x"
 
 
@@ -131,10 +129,9 @@ def test_inside_an_image_its_own_python_is_the_default(tmp_path, monkeypatch):
 
     root, _ = fake_checkout(tmp_path, ".venv-engine")
     monkeypatch.setattr(engines, "image_card", lambda: "nv-a100")
-    inside = engines.resolve("nv-a100", profile.load_profile("nv-a100"), {}, root=str(root))
+    inside = engines.resolve("nv-a100", {}, root=str(root))
     assert (inside.path, inside.source) == (sys.executable, "the image's own Python")
-    named = engines.resolve("nv-a100", profile.load_profile("nv-a100"), {"COMPAT_ENGINE_PYTHON": "/opt/x"}, root=str(root))
-    assert named.path == "/opt/x"
+    assert engines.resolve("nv-a100", {"COMPAT_ENGINE_PYTHON": "/opt/x"}, root=str(root)).path == "/opt/x"
 
 
 @pytest.mark.skipif(not all(p.exists() for p in ENGINE_VENVS), reason="needs .venv-engine and .venv-engine-next: run `make envs`")
