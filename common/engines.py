@@ -2,12 +2,11 @@
 
 In order: the variable that names it (COMPAT_ENGINE_PYTHON for a card's default engine and for
 the variant `--card` names itself, COMPAT_ENGINE_PYTHON_<VARIANT> for a variant: `_NEXT` for
-nv-a100@next); inside an image, the
-image's own Python (its engine's); in a checkout, the engine venv its profile was snapshotted
-from (the card's `snapshot_env`, e.g. .venv-engine, which `make envs` builds; engine_venvs.json,
-written by `make profiles`, says which); else, for a
-default engine, the Python running doctor, and for a variant none at all: its checks cannot run
-and its verdict is "unverified", never another engine's.
+nv-a100@next); inside an image, the image's own Python for the image's card (its engine's); in
+a checkout, the engine venv its profile was snapshotted from (the card's `snapshot_env`, e.g.
+.venv-engine, which `make envs` builds; engine_venvs.json, written by `make profiles`, says
+which); else, for a default engine, the Python running doctor, and for a variant none at all:
+its checks cannot run and its verdict is "unverified", never another engine's.
 
 Only doctor resolves engines this way; launch and preflight keep COMPAT_ENGINE_PYTHON or their
 own interpreter (inside an image they are the same).
@@ -102,7 +101,7 @@ def resolve(card: str, env: Mapping[str, str], asked: bool = False, root: str = 
     for name in names:
         if env.get(name):
             return EnginePython(env[name], name)
-    if image_card() is not None:
+    if image_card() == card:  # the image's Python is its own card's engine, no other's
         return EnginePython(sys.executable, "the image's own Python")
     venv = checkout_python(card, root)
     if venv:

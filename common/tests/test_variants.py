@@ -132,6 +132,8 @@ def test_inside_an_image_its_own_python_is_the_default(tmp_path, monkeypatch):
     inside = engines.resolve("nv-a100", {}, root=str(root))
     assert (inside.path, inside.source) == (sys.executable, "the image's own Python")
     assert engines.resolve("nv-a100", {"COMPAT_ENGINE_PYTHON": "/opt/x"}, root=str(root)).path == "/opt/x"
+    # Another card's engine is not the image's: its variant stays without one.
+    assert engines.resolve("nv-a100@next", {}, root=str(root)).path == ""
 
 
 @pytest.mark.skipif(not all(p.exists() for p in ENGINE_VENVS), reason="needs .venv-engine and .venv-engine-next: run `make envs`")
