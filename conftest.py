@@ -85,6 +85,10 @@ def env_for_tests(fake_vllm, tmp_path):
     env = dict(os.environ)
     env["PATH"] = f"{script.parent}{os.pathsep}{env['PATH']}"
     env["COMPAT_ENGINE_PYTHON"] = sys.executable  # .venv: transformers 4.57, as on nv-a100
+    # doctor finds the checkout's engine venv of a variant by itself (.venv-engine-next for
+    # nv-a100@next) where no variable names one: these tests judge the card's default engine
+    # alone, whatever venvs this checkout has built, unless a test names the variant's Python.
+    env["COMPAT_ENGINE_PYTHON_NEXT"] = os.path.join(os.sep, "nonexistent", "engine-next", "python")
     env["COMPAT_WORK_DIR"] = str(tmp_path / "work")
     env["COMPAT_CARD"] = "nv-a100"
     env.pop("COMPAT_DISABLE", None)

@@ -2,9 +2,10 @@
 
 preflight MODEL_DIR --card CARD [--json] [--dry-run] [--no-verify] [-- VLLM_ARGS...]
     print the plan the image would apply (never execs; exit 0 whatever the model holds)
-doctor MODEL_DIR --card CARD [--json] [-- VLLM_ARGS...]
+doctor MODEL_DIR... --card CARD|all [--json] [-- VLLM_ARGS...]
     the plan with verification as a table; exit 0: the image starts it, 1: it fails even repaired,
-    2: usage error or verification impossible here
+    2: usage error or verification impossible here. Several models (paths, or a folder of model
+    folders) or `--card all`: one row per model and card, and totals per card
 triage PATH... [--card CARD] [--json]
     map failure logs (files, folders, .gz, JSON error reports) to the rule that fixes them
 explain [CODE]
@@ -47,8 +48,8 @@ def _preflight_args(pre) -> None:
 
 
 def _doctor_args(doc) -> None:
-    doc.add_argument("model_dir")
-    doc.add_argument("--card", default=None, help="card profile (default: COMPAT_CARD or the image's card)")
+    doc.add_argument("model_dir", nargs="+", help="model directories, or folders of model folders")
+    doc.add_argument("--card", default=None, help="card profile, or `all` (default: COMPAT_CARD or the image's card)")
     doc.add_argument("--json", action="store_true", help="the preflight JSON plus verdict and failing codes")
     doc.add_argument("--keep-work-dir", action="store_true", help="keep the work dir doctor wrote, for debugging")
 
@@ -111,17 +112,23 @@ def _print_human(plan_json: dict) -> None:
 
 def _doctor(opts, card: str, vllm_args: List[str]) -> int:
     from .doctor import run as doctor
+    from .doctor_many import ALL, is_folder_of_models
+    from .doctor_many import run as doctor_many
     from .profile import load_profile
 
-    if not os.path.isdir(opts.model_dir):
-        print(f"doctor: {opts.model_dir} is not a directory", file=sys.stderr)
+    paths = opts.model_dir
+    if len(paths) == 1 and not os.path.isdir(paths[0]):  # among many, a bad path is a row with its error
+        print(f"doctor: {paths[0]} is not a directory", file=sys.stderr)
         return 2
     try:
-        load_profile(card)
+        if card != ALL:
+            load_profile(card)
     except ValueError as exc:
         print(f"doctor: {exc}", file=sys.stderr)
         return 2
-    return doctor(opts.model_dir, card, vllm_args, os.environ, opts.json, opts.keep_work_dir)
+    if len(paths) > 1 or card == ALL or is_folder_of_models(paths[0]):
+        return doctor_many(paths, card, vllm_args, os.environ, opts.json, opts.keep_work_dir)
+    return doctor(paths[0], card, vllm_args, os.environ, opts.json, opts.keep_work_dir)
 
 
 def _explain(code: Optional[str]) -> int:
@@ -161,6 +168,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .profile import image_card
 
     card = opts.card or os.environ.get("COMPAT_CARD") or image_card()
+    if opts.command == "preflight" and card == "all":
+        print("preflight: --card all is for doctor; name one card", file=sys.stderr)
+        return 2
     if not card:
         print("preflight: no card given; pass --card (nv-a100, hygon-k100, iluvatar-bi100) or set COMPAT_CARD", file=sys.stderr)
         return 2

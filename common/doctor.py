@@ -8,9 +8,12 @@ and what remains. The verdicts promise:
   fails       something no repair fixes (an error finding: unknown architecture or model type,
               remote code without --trust-remote-code, an adapter, a quantization method the
               engine lacks, a repair whose verification failed). Exit 1.
-  unverified  doctor cannot tell here: a check needs the engine (no engine transformers at
-              COMPAT_ENGINE_PYTHON, or a profile that lacks the fact). Never a guessed "starts". Exit 2.
+  unverified  doctor cannot tell here: a check needs the engine (no engine Python to ask, one
+              without the engine's packages, or a profile that lacks the fact). Never a guessed
+              "starts". Exit 2.
 Usage errors exit 2 too. doctor leaves nothing behind (its work dir is removed unless kept).
+Each verdict names the Python that answered its checks (common/engines.py: the variable, the
+image's own, or the checkout's engine venv). Many models at once: common/doctor_many.py.
 """
 
 from __future__ import annotations
@@ -39,7 +42,11 @@ def examine(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[st
     finally:
         if not keep_work_dir:
             remove_work_dir(plan)
-    data = plan.to_json()
+    return judge(plan.to_json())
+
+
+def judge(data: Dict[str, Any]) -> Dict[str, Any]:
+    """`data` (a plan's JSON) with its verdict and the codes that decide it."""
     failing = sorted({f["code"] for f in data["findings"] if f["severity"] == "error"})
     unverified = sorted(
         {r["code"] for r in data["repairs"] if r["verified"] is None}
@@ -72,13 +79,16 @@ def table(data: Dict[str, Any]) -> str:
     lines = [f"doctor: {data['model_dir']} on {data['card']}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     lines.append("")
+    if data.get("engine_python"):
+        lines.append(f"checked with: {_python_text(data['engine_python'])}")
     if data["verdict"] == "starts":
         extra = " ".join(data["args"])
         lines.append(f"verdict: the {data['card']} image will start this model" + (f" (adding: {extra})" if extra else ""))
     elif data["verdict"] == "unverified":
         lines.append(
             f"verdict: unknown: {', '.join(data['unverified'])} could not be verified here; set "
-            "COMPAT_ENGINE_PYTHON to a Python with the card's engine (inside the image it is its own)"
+            "COMPAT_ENGINE_PYTHON to a Python with the card's engine (inside the image it is its own; "
+            "in a checkout, `make envs` builds the engine venvs doctor finds by itself)"
         )
     else:
         lines.append(f"verdict: this model will fail on {data['card']} even with the image's repairs ({', '.join(data['failing'])})")
@@ -98,14 +108,10 @@ def _fixes(codes: List[str]) -> List[str]:
     return lines
 
 
-def variant_env(env: Mapping[str, str], name: str, asked: str) -> Mapping[str, str]:
-    """Each variant is verified with its own engine's Python: COMPAT_ENGINE_PYTHON for the card
-    asked for, COMPAT_ENGINE_PYTHON_<VARIANT> (e.g. _NEXT) for another variant; without it, that
-    variant's checks cannot run and its verdict is "unverified", never the other engine's."""
-    if name == asked:
-        return env
-    key = "COMPAT_ENGINE_PYTHON_" + name.split("@", 1)[1].upper().replace("-", "_")
-    return dict(env, COMPAT_ENGINE_PYTHON=env.get(key) or f"(no {key} set)")
+def _python_text(engine: Dict[str, Any]) -> str:
+    from .engines import describe
+
+    return describe(engine)
 
 
 def recommend(results: Dict[str, Dict[str, Any]]) -> Optional[str]:
@@ -118,29 +124,38 @@ def recommend(results: Dict[str, Dict[str, Any]]) -> Optional[str]:
 
 
 def summary(results: Dict[str, Dict[str, Any]], recommended: Optional[str]) -> str:
-    lines = ["| engine variant | vLLM | verdict | repairs | failing / unverified |", "|---|---|---|---|---|"]
+    lines = ["| engine variant | vLLM | verdict | repairs | failing / unverified | checked with |", "|---|---|---|---|---|---|"]
     for name, data in results.items():
         repairs = ", ".join(r["code"] for r in data["repairs"] if r["verified"]) or "-"
         open_codes = ", ".join(data["failing"] + data["unverified"]) or "-"
         mark = " (recommended)" if name == recommended else ""
-        lines.append(f"| {name}{mark} | {data.get('vllm_version', '?')} | {data['verdict']} | {repairs} | {open_codes} |")
+        python = _python_text(data["engine_python"]) if data.get("engine_python") else "-"
+        lines.append(
+            f"| {name}{mark} | {data.get('vllm_version', '?')} | {data['verdict']} | {repairs} | {open_codes} | {python.replace('|', '/')} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def run(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[str, str], as_json: bool, keep_work_dir: bool = False) -> int:
-    """Every engine variant of `card` (only the one named, for `card@variant`); the answer is the
-    recommended variant's, or the card's default one when none starts."""
+    """Every engine variant of `card` (only the one named, for `card@variant`), each verified with
+    its own engine's Python (common/engines.py); the answer is the recommended variant's, or the
+    card's default one when none starts."""
+    from .engines import resolve
     from .profile import load_profile, variants_of
 
     names = variants_of(card)
     results: Dict[str, Dict[str, Any]] = {}
     for name in names:
-        results[name] = examine(model_dir, name, vllm_args, variant_env(env, name, names[0]), keep_work_dir)
-        results[name]["vllm_version"] = load_profile(name).vllm_version
+        profile = load_profile(name)
+        engine = resolve(name, env, asked=name == names[0])
+        results[name] = examine(model_dir, name, vllm_args, engine.env(env), keep_work_dir)
+        results[name]["vllm_version"] = profile.vllm_version
+        results[name]["engine_python"] = engine.to_json()
     recommended = recommend(results)
     data = dict(results[recommended or names[0]])
     if len(names) > 1:
-        data["variants"] = {n: {k: d[k] for k in ("verdict", "failing", "unverified", "args", "vllm_version")} for n, d in results.items()}
+        keys = ("verdict", "failing", "unverified", "args", "vllm_version", "engine_python")
+        data["variants"] = {n: {k: d[k] for k in keys} for n, d in results.items()}
         data["recommended"] = recommended
     if as_json:
         print(json.dumps(data, indent=2, ensure_ascii=False))

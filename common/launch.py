@@ -19,8 +19,14 @@ from __future__ import annotations
 
 
 import os
-import signal
 import sys
+
+try:
+    # The C module `signal` wraps: already loaded at interpreter start, with the same functions
+    # and constants; `signal` itself builds enums of every signal, half a millisecond per start.
+    import _signal as signal
+except ImportError:  # an interpreter without it (not CPython)
+    import signal  # type: ignore[no-redef]
 
 from .log import say
 from .plan import Plan

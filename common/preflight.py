@@ -1,4 +1,10 @@
-"""Decide the repairs for one model on one card: the Plan both `preflight` and `launch` use."""
+"""Decide the repairs for one model on one card: the Plan both `preflight` and `launch` use.
+
+A plan is made in two steps around one engine-Python process: `start_plan` runs the rules,
+writes what the repairs need and lists the engine-side checks; `finish_plan` takes their answers.
+`build_plan` does both for one model; doctor over many models starts every plan first and asks
+all their checks of one process per card.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +12,25 @@ from __future__ import annotations
 import json
 import os
 
-from .codes import normalize
 from .facts import gather_facts
 from .log import say
 from .modeldir import ModelDir
-from .model_view import apply_verdict, carry
-from .overlay import build_overlay, tokenizer_file
 from .plan import Plan, Repair
 from .profile import load_profile
 from .rules import REGISTRY, Context
-from .verify import run_checks
 from .vllm_args import UserArgs, join_args
 from .workdir import make_run_dir
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
-    from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+    from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+    from .model_view import Carried
+    from .profile import Profile
 
 TOKENIZER_OVERLAY = "tokenizer"
+# One answer of the engine-side checks: (ok, reason, the check's whole answer).
+Answer = tuple
 
 
 def build_plan(
@@ -42,19 +49,62 @@ def build_plan(
     the engine's own file, not written. `ask_engine_config` (doctor): also ask the engine's transformers
     to read the model's config.json, which catches what the profile's tables cannot."""
     plan = plan if plan is not None else Plan(card=card, model_dir=os.path.abspath(model_dir))
+    pending = start_plan(model_dir, card, user_args, env, plan, patch_engine, ask_engine_config)
+    if pending is not None:
+        finish_plan(pending, answer_checks(pending.requests, env, verify))
+    return plan
+
+
+def answer_checks(requests: List[Dict[str, Any]], env: Mapping[str, str], verify: bool = True) -> List[Answer]:
+    """The engine's answers to `requests`, in order (one engine-Python process for all of them)."""
+    if not requests:
+        return []
+    if not verify:
+        return [(None, "verification skipped (--no-verify)", {})] * len(requests)
+    from .verify import run_checks  # only a plan with something to check pays for it
+
+    return [(v.ok, v.reason, v.result) for v in run_checks(requests, env)]
+
+
+class Pending:
+    """A plan whose repairs are decided and written, waiting for the engine-side checks
+    (`requests`, answered in order by finish_plan)."""
+
+    def __init__(self, plan: Plan, model: ModelDir, profile: Profile, user: UserArgs, env: Mapping[str, str], model_arg: str) -> None:
+        self.plan, self.model, self.profile, self.user, self.env, self.model_arg = plan, model, profile, user, env, model_arg
+        self.requests: List[Dict[str, Any]] = []
+        self.patches: List[Repair] = []
+        self.checked: List[Repair] = []  # repairs with an engine check of their own (R10's layer API)
+        self.tokenizer: Optional[Tuple[str, List[Repair]]] = None
+        self.carried: Optional[Carried] = None
+        self.carried_requests = 0
+        self.config_request = False
+
+
+def start_plan(
+    model_dir: str,
+    card: str,
+    user_args: Sequence[str],
+    env: Mapping[str, str],
+    plan: Plan,
+    patch_engine: bool = False,
+    ask_engine_config: bool = False,
+) -> Optional[Pending]:
+    """Everything up to the engine-side checks (build_plan's arguments); None when the plan ends
+    before them (a model directory or a profile that cannot be read: the findings say why)."""
     plan.user_args = list(user_args)
     model = ModelDir(model_dir)
     problem = model.listing_problem()
     if problem is not None:
         plan.add_finding("MODEL", "error", problem.reason)
         say(problem.reason)
-        return plan
+        return None
     try:
         profile = load_profile(card)
     except ValueError as exc:
         plan.add_finding("PROFILE", "error", str(exc))
         say(f"{exc}; no repairs")
-        return plan
+        return None
     plan.facts = gather_facts(model)
     # The flags of a --config file count as the user's where the engine reads one (None: unknown,
     # read: a file the engine ignores only makes the repairs stand back).
@@ -62,7 +112,7 @@ def build_plan(
     ctx = Context(model=model, profile=profile, facts=plan.facts, user=user, env=env)
     skipped = _skipped_codes(env)
     for rule in REGISTRY:
-        if normalize(rule.code) in skipped:
+        if skipped and _normalize(rule.code) in skipped:
             say(f"{rule.code}: skipped (COMPAT_SKIP)")
             continue
         try:
@@ -86,10 +136,19 @@ def build_plan(
             _write_work_file(plan, repair)
         if repair.engine_patch is not None and patch_engine:
             _patch_engine(plan, repair, _engine_file(repair), write=True)
-    _materialize(plan, model, profile, user, env, verify, model_dir, ask_engine_config)
-    _assemble(plan, user, env)
-    _write_report(plan)
-    return plan
+    pending = Pending(plan, model, profile, user, env, model_dir)
+    _materialize(pending, ask_engine_config)
+    return pending
+
+
+def finish_plan(pending: Pending, answers: List[Answer]) -> Plan:
+    """Apply the answers to pending.requests (in order; fewer answers than requests: the rest
+    could not be checked), join the arguments, write report.json."""
+    answers = list(answers) + [(None, "not checked", {})] * (len(pending.requests) - len(answers))
+    _apply_answers(pending, answers)
+    _assemble(pending.plan, pending.user, pending.env)
+    _write_report(pending.plan)
+    return pending.plan
 
 
 def _overlay_edits(repairs: List[Repair]) -> Dict[str, List[Dict]]:
@@ -107,6 +166,8 @@ def _build_tokenizer_overlay(plan: Plan, model: ModelDir) -> Optional[Tuple[str,
     overlay_repairs = [r for r in plan.repairs if r.overlay]
     if not overlay_repairs:
         return None
+    from .overlay import build_overlay, tokenizer_file
+
     edits = _overlay_edits(overlay_repairs)
     codes = "+".join(r.code for r in overlay_repairs)
     dest = os.path.join(plan.work_dir, TOKENIZER_OVERLAY) if plan.work_dir else None
@@ -140,17 +201,21 @@ def _apply_tokenizer_verdict(plan: Plan, overlay_repairs: List[Repair], ok: Opti
         say(message)
 
 
-def _materialize(
-    plan: Plan, model: ModelDir, profile, user: UserArgs, env: Mapping[str, str], verify: bool, model_arg: str, ask_engine_config: bool
-) -> None:
+def _materialize(pending: Pending, ask_engine_config: bool) -> None:
     """Write what the repairs need beyond arguments (the tokenizer overlay, a rewritten config.json
-    or a model view) and verify all of it, engine patches included, in one engine-Python process."""
-    tokenizer = _build_tokenizer_overlay(plan, model)
-    # The processor loads its tokenizer from the model path: a model with one gets the overlay's
-    # tokenizer files in a view too (common/model_view.py).
-    carried = carry(plan, model, profile, user, _overlay_edits(tokenizer[1]) if tokenizer else None, tokenizer[1] if tokenizer else None)
-    patches = [r for r in plan.repairs if r.engine_patch is not None and r.verified is None]
-    checked = [r for r in plan.repairs if r.engine_check is not None and r.verified is None and r not in patches]
+    or a model view) and list what the engine's Python must check of it, engine patches included."""
+    plan, model = pending.plan, pending.model
+    if plan.repairs:  # a clean model writes nothing and imports none of this
+        from .model_view import carry
+
+        tokenizer = pending.tokenizer = _build_tokenizer_overlay(plan, model)
+        # The processor loads its tokenizer from the model path: a model with one gets the overlay's
+        # tokenizer files in a view too (common/model_view.py).
+        overlay_edits = _overlay_edits(tokenizer[1]) if tokenizer else None
+        pending.carried = carry(plan, model, pending.profile, pending.user, overlay_edits, tokenizer[1] if tokenizer else None)
+    carried, tokenizer = pending.carried, pending.tokenizer
+    patches = pending.patches = [r for r in plan.repairs if r.engine_patch is not None and r.verified is None]
+    checked = pending.checked = [r for r in plan.repairs if r.engine_check is not None and r.verified is None and r not in patches]
     for repair in plan.repairs:
         if (
             repair.verified is None
@@ -161,43 +226,60 @@ def _materialize(
             and not (carried is not None and repair in carried.repairs and carried.config_dir)
         ):
             repair.verified = True  # nothing beyond its own arguments to check
-    trust = user.has("--trust-remote-code")
+    trust = pending.user.has("--trust-remote-code")
     requests = [{"kind": "module", "name": r.engine_patch[0]} for r in patches]
     requests += [r.engine_check for r in checked]
     if tokenizer is not None:
         requests.append({"kind": "tokenizer", "overlay": tokenizer[0], "model": model.path})
     carried_requests = carried.requests(trust) if carried is not None and carried.config_dir else []
     requests += carried_requests
-    if ask_engine_config and model.state("config.json").exists:
+    pending.carried_requests = len(carried_requests)
+    if ask_engine_config and model.state("config.json").exists and _engine_reads_with_transformers(plan, model, pending.profile):
         requests.append({"kind": "config", "path": model.path, "trust_remote_code": trust, "attributes": []})
-    if not requests:
-        return
-    if verify:
-        verdicts = [(v.ok, v.reason, v.result) for v in run_checks(requests, env)]
-    else:
-        verdicts = [(None, "verification skipped (--no-verify)", {})] * len(requests)
+        pending.config_request = True
+    pending.requests = requests
+
+
+def _engine_reads_with_transformers(plan: Plan, model: ModelDir, profile: Profile) -> bool:
+    """Whether the engine hands config.json to its transformers' AutoConfig. A model type the
+    engine reads with a config class of its own (profile: own_config_classes, e.g. vLLM 0.11's
+    RWConfig for RefinedWeb) never reaches AutoConfig, which would refuse it: asking it would
+    contradict the engine."""
+    model_type = model.json_object("config.json").get("model_type")
+    own = profile.own_config_classes or {}
+    if isinstance(model_type, str) and model_type in own:
+        say(f"config.json: vLLM {profile.vllm_version} reads model_type {model_type!r} with its own {own[model_type]}, not AutoConfig")
+        return False
+    return True
+
+
+def _apply_answers(pending: Pending, answers: List[Answer]) -> None:
+    plan, patches, tokenizer, carried = pending.plan, pending.patches, pending.tokenizer, pending.carried
+    answers = list(answers)
     for repair in patches:
-        ok, reason, answer = verdicts.pop(0)
+        ok, reason, answer = answers.pop(0)
         if ok:
             _patch_engine(plan, repair, answer.get("path", ""), write=False)
         else:
             _drop_unchecked(plan, repair, ok, f"the engine's {repair.engine_patch[0]}: {reason}")
-    for repair in checked:
-        ok, reason, _ = verdicts.pop(0)
+    for repair in pending.checked:
+        ok, reason, _ = answers.pop(0)
         if ok:
             repair.verified, repair.verification = True, reason
             say(f"{repair.code} verified: {reason}")
         else:
             _drop_unchecked(plan, repair, ok, reason)
     if tokenizer is not None:
-        ok, reason, _ = verdicts.pop(0)
+        ok, reason, _ = answers.pop(0)
         _apply_tokenizer_verdict(plan, tokenizer[1], ok, reason)
-    if carried_requests:
-        answers = [verdicts.pop(0) for _ in carried_requests]
-        ok, reason, answer = answers[0]
-        apply_verdict(plan, carried, ok, reason, answer, user, model_arg, answers[1:])
-    if ask_engine_config and model.state("config.json").exists:
-        ok, reason, _ = verdicts.pop(0)
+    if pending.carried_requests and carried is not None:
+        from .model_view import apply_verdict
+
+        taken = [answers.pop(0) for _ in range(pending.carried_requests)]
+        ok, reason, answer = taken[0]
+        apply_verdict(plan, carried, ok, reason, answer, pending.user, pending.model_arg, taken[1:])
+    if pending.config_request:
+        ok, reason, _ = answers.pop(0)
         _config_verdict(plan, ok, reason)
 
 
@@ -222,11 +304,19 @@ def _config_verdict(plan: Plan, ok: Optional[bool], reason: str) -> None:
         plan.add_finding("CONFIG", "error", f"the engine's transformers cannot read config.json: {reason}")
 
 
+def _normalize(code: str) -> str:
+    from .codes import normalize  # the code registry: only a start with COMPAT_SKIP pays for it
+
+    return normalize(code)
+
+
 def _skipped_codes(env: Mapping[str, str]) -> set:
     """COMPAT_SKIP=R2,H1: rules an operator turned off for this start (an escape hatch short of
     COMPAT_DISABLE, which turns off everything). Codes match in any case; an unknown one is said."""
-    skipped = {normalize(code) for code in env.get("COMPAT_SKIP", "").split(",") if code.strip()}
-    unknown = skipped - {normalize(rule.code) for rule in REGISTRY}
+    skipped = {_normalize(code) for code in env.get("COMPAT_SKIP", "").split(",") if code.strip()}
+    if not skipped:
+        return skipped
+    unknown = skipped - {_normalize(rule.code) for rule in REGISTRY}
     if unknown:
         say(f"COMPAT_SKIP names {', '.join(sorted(unknown))}, which no runtime rule has; ignored")
     return skipped

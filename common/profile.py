@@ -49,6 +49,12 @@ class Profile:
         self.null_head_dim_model_types: FrozenSet[str] = frozenset(engine.get("null_head_dim_model_types") or ())
         self.config_model_types: Optional[FrozenSet[str]] = _optional_set(engine.get("config_model_types"))
         self.serve_config_file: Optional[bool] = engine.get("serve_config_file")
+        # model_type -> the engine's own config class, for the model types whose config.json the
+        # engine reads itself, without the model's code and whatever its auto_map says (vLLM
+        # 0.11 asks its own registry before transformers; 0.5.5 asks transformers first, which
+        # refuses RefinedWeb). None: the profile cannot say.
+        raw_own = engine.get("own_config_classes")
+        self.own_config_classes: Optional[Dict[str, str]] = None if raw_own is None else dict(raw_own)
         # Whether the engine runs `vllm.general_plugins` entry points, and has the loader's weight
         # iterator (DefaultModelLoader._get_weights_iterator) R8's plugin wraps.
         self.general_plugins: Optional[bool] = engine.get("general_plugins")

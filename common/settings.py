@@ -7,8 +7,6 @@ and says so in one log line.
 
 from __future__ import annotations
 
-import math
-
 from .log import say
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
@@ -28,8 +26,8 @@ def seconds(env: Mapping[str, str], name: str, default: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
+        value = float("nan")
+    if not 0 < value <= MAX_SECONDS:  # NaN and the infinities fail it too
         say(f"{name}={raw!r} is not a number of seconds in (0, {MAX_SECONDS:g}]; using {default:g}")
         return default
     return value

@@ -85,10 +85,10 @@ class _Run:
         return Verdict(False, f"verification exited {self.returncode}: {tail[:300]}")
 
 
-def _run(argv: List[str], stdin_text: Optional[str], env: Mapping[str, str]) -> _Run:
+def _run(argv: List[str], stdin_text: Optional[str], env: Mapping[str, str], timeout: Optional[float] = None) -> _Run:
     import subprocess  # only when a repair needs checking: the clean path never pays for it
 
-    timeout = verify_timeout(env)
+    timeout = verify_timeout(env) if timeout is None else timeout
     try:
         proc = subprocess.Popen(
             [engine_python(env)] + argv,
@@ -132,6 +132,34 @@ def run_checks(requests: Sequence[Mapping[str, Any]], env: Mapping[str, str]) ->
     run = _run([os.path.join(CHECKS_DIR, BATCH_SCRIPT)], json.dumps(list(requests), ensure_ascii=False), env)
     by_index = {a["index"]: a for a in run.answers() if isinstance(a.get("index"), int)}
     return [_verdict(by_index[i]) if i in by_index else run.missing() for i in range(len(requests))]
+
+
+def run_checks_of_many(requests: Sequence[Mapping[str, Any]], env: Mapping[str, str], timeout: float) -> List[Verdict]:
+    """run_checks for the checks of many models (doctor over a folder): one process answers them
+    all within `timeout` seconds. When it dies before answering every request, the one it was on
+    gets the failure and the rest go to a fresh process: one model's crash never decides another
+    model's verdict. When the time runs out, the rest are not checked (ok None: unverified)."""
+    verdicts: List[Verdict] = []
+    todo = list(requests)
+    while todo:
+        run = _run([os.path.join(CHECKS_DIR, BATCH_SCRIPT)], json.dumps(todo, ensure_ascii=False), env, timeout)
+        by_index = {a["index"]: a for a in run.answers() if isinstance(a.get("index"), int)}
+        done = 0
+        while done in by_index:
+            verdicts.append(_verdict(by_index[done]))
+            done += 1
+        if done == len(todo):
+            break
+        failure = run.missing()
+        if failure.ok is None:  # the Python could not start: nothing can be checked with it
+            verdicts += [failure] * (len(todo) - done)
+            break
+        verdicts.append(failure)
+        todo = todo[done + 1 :]
+        if "timed out" in failure.reason:
+            verdicts += [Verdict(None, f"not checked: {failure.reason} on an earlier model")] * len(todo)
+            break
+    return verdicts
 
 
 def run_check(script: str, args: List[str], env: Mapping[str, str]) -> Verdict:

@@ -1,4 +1,6 @@
-"""Generate common/profiles/<card>.json from the manifest and a snapshot of the card's engine.
+"""Generate common/profiles/<card>.json from the manifest and a snapshot of the card's engine,
+and common/engine_venvs.json: where this checkout keeps each card's engine venv (its
+snapshot_env), which doctor verifies with when no COMPAT_ENGINE_PYTHON* names an engine.
 
 usage: python -m compat_build.profiles [--check]
 --check exits 1 when a committed profile differs from what the manifest and snapshots give.
@@ -16,6 +18,7 @@ from . import manifest as manifest_mod
 from .image_steps.bake_profile import profile_json, render
 
 PROFILE_DIR = os.path.join(manifest_mod.ROOT, "common", "profiles")
+ENGINE_VENVS = os.path.join(manifest_mod.ROOT, "common", "engine_venvs.json")
 SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "snapshot_engine.py")
 
 
@@ -59,16 +62,25 @@ def main(argv: Any = None) -> int:
                 file=sys.stderr,
             )
             return 1
-        text = render(profile_json(card_json(card), snap))
         path = os.path.join(PROFILE_DIR, f"{name}.json")
-        current = open(path, encoding="utf-8").read() if os.path.exists(path) else None
-        if current != text:
+        if _sync(path, render(profile_json(card_json(card), snap)), opts.check):
             stale.append(name)
-            if not opts.check:
-                with open(path, "w", encoding="utf-8") as fh:
-                    fh.write(text)
-        print(f"{name}: {'stale' if opts.check and current != text else 'ok'} ({path})")
+    # The profiles are the engines' own (an image bakes the same from its packages); where a
+    # checkout keeps them is the checkout's, so it lives apart.
+    venvs = {name: card.snapshot_env for name, card in sorted(manifest.cards.items())}
+    if _sync(ENGINE_VENVS, render(venvs), opts.check):
+        stale.append(ENGINE_VENVS)
     return 1 if opts.check and stale else 0
+
+
+def _sync(path: str, text: str, check: bool) -> bool:
+    """Write `text` to `path` (only compare, with `check`); True when they differed."""
+    current = open(path, encoding="utf-8").read() if os.path.exists(path) else None
+    if current != text and not check:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    print(f"{os.path.basename(path)}: {'stale' if check and current != text else 'ok'} ({path})")
+    return current != text
 
 
 if __name__ == "__main__":

@@ -365,6 +365,54 @@ def nested_processor_config_read() -> Optional[bool]:
     return isinstance(settings, dict) and settings.get("size") == marker["size"]
 
 
+# What transformers' AutoConfig raises when it will not read a config.json without the model's
+# own code, or does not know its model type: the engine did not read that config itself.
+CONFIG_REFUSALS = (
+    "trust_remote_code",
+    "contains custom code",
+    "requires you to execute the configuration file",
+    "does not recognize this architecture",
+    "Unrecognized model",
+)
+
+
+def own_config_classes() -> Optional[Dict[str, str]]:
+    """model_type -> the engine's own config class, for each model type whose config.json the
+    engine reads itself, without the model's code, whatever its auto_map says (Falcon's original
+    RefinedWeb: vLLM 0.11 reads it with its RWConfig; 0.5.5 asks transformers first, which
+    refuses it). Asked of the engine's own get_config, once per model type of its config
+    registry, with a stand-in config.json (that model_type and an auto_map naming code that does
+    not exist) and no trust_remote_code: a type it reads is listed, and so is one whose own class
+    it reaches and which then finds the stand-in too bare (transformers did not stop it); one
+    that transformers refuses is not. None: no vLLM to ask, or no config registry in it."""
+    import tempfile
+    import warnings
+
+    try:
+        from vllm.transformers_utils import config as vllm_config
+    except Exception:
+        return None
+    registry = getattr(vllm_config, "_CONFIG_REGISTRY", None)
+    if not isinstance(registry, dict):
+        return None
+    found: Dict[str, str] = {}
+    for model_type in sorted(k for k in registry if isinstance(k, str)):
+        value = dict.get(registry, model_type)  # vLLM 0.11's lazy table holds class names
+        name = value if isinstance(value, str) else getattr(value, "__name__", str(value))
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as fh:
+                json.dump({"model_type": model_type, "auto_map": {"AutoConfig": "configuration_probe.ProbeConfig"}}, fh)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    vllm_config.get_config(tmp, False)
+            except Exception as exc:
+                if any(marker in str(exc) for marker in CONFIG_REFUSALS):
+                    continue
+        found[model_type] = name
+    return found
+
+
 def _vllm_file(*parts: str) -> str:
     """The path of a file of the installed vLLM package ("" without one); nothing is imported."""
     import importlib.util
@@ -470,6 +518,9 @@ def snapshot(vllm_source: str = "") -> Dict[str, Any]:
         "layer_api": layer_api(),
     }
     data.update(transformers_tables())
+    # Last: importing vLLM's config module registers its config classes with transformers'
+    # AutoConfig, which the tables above must not count as transformers' own.
+    data["own_config_classes"] = own_config_classes()
     return data
 
 

@@ -13,7 +13,8 @@ preflight_moe_metadata_bytes           for an MoE checkpoint stored fused (R8) i
 preflight_moe_read_beyond_metadata     bytes that preflight read with the shards present minus without,
                                        minus that metadata (goal 0: no weight byte is read)
 launch_clean_vs_python_startup         `common launch` on a clean model until it execs vLLM (here `true`)
-                                       / `python -c pass`: what a container start pays
+                                       / `python -c pass`: what a container start pays (goal <= 2.5,
+                                       every rule in place)
 
 With the vLLM 0.11.0 engine venv (.venv-engine) and .venv-author (`make envs`), for a model saved
 by transformers 5 (R3 + R3b: a tokenizer overlay that must be verified), the engine's Python
@@ -24,6 +25,15 @@ preflight_repaired_vs_tokenizer_load   `preflight --dry-run --json`, verificatio
 preflight_repaired_peak_rss_mb         peak resident memory of that preflight and every process it
                                        starts: the larger of their polled sum and the largest one's
                                        maxrss (goal <= 150)
+
+With the vLLM 0.5.5 engine venv (.venv-engine055), doctor over a folder of 100 metadata-only
+models (copies of the committed fixture models, tests/fixtures/models) on iluvatar-bi100, the
+card whose engine repairs most of them (so most models have checks to verify):
+doctor_models_per_s                    models judged per second by `doctor FOLDER --card
+                                       iluvatar-bi100 --json`, the whole command (its engine
+                                       process and transformers' import included)
+doctor_engine_processes                engine-Python processes that run started (goal 1: one per
+                                       card for the whole list)
 
 `--tree DIR` measures the runtime package of another checkout (a worktree of an older commit)
 with this script and this checkout's venvs. The runtime package is byte-compiled first, as the
@@ -128,9 +138,14 @@ def medians(cases: Dict[str, Callable[[], float]]) -> Dict[str, float]:
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+# Bytes a preflight process reads (rchar), every module of the runtime package
+# imported first (not the entry points, which run on import): a module a rule imports only for
+# the models it concerns is code, not model data.
 READ_BYTES = (
-    "import json, os, sys; from common.preflight import build_plan; "
-    "build_plan(sys.argv[1], 'nv-a100', [], os.environ); "
+    "import importlib, os, pkgutil, sys; import common, common.rules, common.vllm_plugin; "
+    "[importlib.import_module(f'{p.__name__}.{m.name}') for p in (common, common.rules, common.vllm_plugin) "
+    "for m in pkgutil.iter_modules(p.__path__) if not m.ispkg and m.name not in ('__main__', 'bootstrap')]; "
+    "from common.preflight import build_plan; build_plan(sys.argv[1], 'nv-a100', [], os.environ); "
     "print([l.split()[1] for l in open('/proc/self/io') if l.startswith('rchar')][0])"
 )
 
@@ -222,6 +237,47 @@ def repaired_figures(tmp: Path, tree: Path) -> Optional[Dict[str, float]]:
     return dict(m, peak_rss_mb=peaks[1])
 
 
+DOCTOR_CARD = "iluvatar-bi100"
+DOCTOR_MODELS = 100
+DOCTOR_PYTHON = ROOT / ".venv-engine055" / "bin" / "python"
+
+
+def doctor_folder(path: Path, count: int) -> Path:
+    """A folder of `count` metadata-only model folders: the committed fixture models in turn."""
+    import shutil
+
+    fixtures = ROOT / "tests" / "fixtures" / "models"
+    kinds = sorted(p for p in fixtures.iterdir() if p.is_dir())
+    path.mkdir(parents=True)
+    for i in range(count):
+        kind = kinds[i % len(kinds)]
+        shutil.copytree(kind, path / f"model-{i:03d}-{kind.name}")
+    return path
+
+
+def doctor_figures(tmp: Path, tree: Path) -> Optional[Dict[str, float]]:
+    """doctor over DOCTOR_MODELS models on DOCTOR_CARD: seconds (median) and engine processes per run."""
+    if not DOCTOR_PYTHON.exists() or not (tree / "common" / "doctor_many.py").exists():
+        return None
+    folder = doctor_folder(tmp / "submissions", DOCTOR_MODELS)
+    starts = tmp / "engine-starts"
+    counting = tmp / "engine-python"  # the engine's Python, counting its starts
+    counting.write_text(f'#!/bin/sh\necho start >> "{starts}"\nexec "{DOCTOR_PYTHON}" "$@"\n')
+    counting.chmod(0o755)
+    env = dict(os.environ, COMPAT_ENGINE_PYTHON=str(counting), COMPAT_WORK_DIR=str(tmp / "work-doctor"))
+    cmd = [sys.executable, "-m", "common", "doctor", str(folder), "--card", DOCTOR_CARD, "--json"]
+    runs = max(3, RUNS // 5)
+    seconds = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=str(tree), env=env, capture_output=True, text=True)
+        seconds.append(time.perf_counter() - start)
+        rows = json.loads(proc.stdout)["rows"]
+        if len(rows) != DOCTOR_MODELS or any(r["verdict"] != "starts" for r in rows):
+            raise RuntimeError(f"doctor did not judge every model as starting: {proc.stderr[-2000:]}")
+    return {"seconds": statistics.median(seconds), "processes": len(starts.read_text().splitlines()) / runs}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=Path, default=ROOT, help="checkout whose runtime package is measured")
@@ -256,6 +312,7 @@ def main() -> int:
         moe_big, moe_metadata = fused_moe_model(Path(tmp) / "moe-100gib", SHARDS)
         moe_delta = read_bytes(moe_big, env, tree) - read_bytes(moe_small, env, tree)
         repaired = repaired_figures(Path(tmp), tree)
+        doctor = doctor_figures(Path(tmp), tree)
     print(f"python_startup_ms: {m['python'] * 1000:.1f}")
     print(f"preflight_clean_ms: {m['preflight'] * 1000:.1f}")
     print(f"preflight_clean_vs_python_startup: {m['preflight'] / m['python']:.2f}")
@@ -267,11 +324,17 @@ def main() -> int:
     print(f"launch_clean_vs_python_startup: {m['launch'] / m['python']:.2f}")
     if repaired is None:
         print("preflight_repaired_*: skipped (needs .venv-engine and .venv-author: make envs)")
-        return 0
-    print(f"preflight_repaired_ms: {repaired['preflight_repaired'] * 1000:.1f}")
-    print(f"tokenizer_load_torch_free_ms: {repaired['tokenizer_load'] * 1000:.1f}")
-    print(f"preflight_repaired_vs_tokenizer_load: {repaired['preflight_repaired'] / repaired['tokenizer_load']:.2f}")
-    print(f"preflight_repaired_peak_rss_mb: {repaired['peak_rss_mb']:.0f}")
+    else:
+        print(f"preflight_repaired_ms: {repaired['preflight_repaired'] * 1000:.1f}")
+        print(f"tokenizer_load_torch_free_ms: {repaired['tokenizer_load'] * 1000:.1f}")
+        print(f"preflight_repaired_vs_tokenizer_load: {repaired['preflight_repaired'] / repaired['tokenizer_load']:.2f}")
+        print(f"preflight_repaired_peak_rss_mb: {repaired['peak_rss_mb']:.0f}")
+    if doctor is None:
+        print("doctor_*: skipped (needs .venv-engine055: make envs; and doctor over many models in the measured tree)")
+    else:
+        print(f"doctor_{DOCTOR_MODELS}_models_s: {doctor['seconds']:.2f}")
+        print(f"doctor_models_per_s: {DOCTOR_MODELS / doctor['seconds']:.1f}")
+        print(f"doctor_engine_processes: {doctor['processes']:g}")
     return 0
 
 

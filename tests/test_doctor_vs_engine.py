@@ -173,6 +173,73 @@ def remote_code() -> dict:
     )
 
 
+def refined_web() -> dict:
+    """Falcon's original config (tiiuae/falcon-7b as first published): model_type RefinedWebModel,
+    auto_map to the model's own configuration_RW.RWConfig, whose file is not in the directory.
+    transformers has no such model type; vLLM has a config class of its own for it."""
+    return {
+        "architectures": ["RWForCausalLM"],
+        "model_type": "RefinedWebModel",
+        "auto_map": {"AutoConfig": "configuration_RW.RWConfig", "AutoModelForCausalLM": "modelling_RW.RWForCausalLM"},
+        "torch_dtype": "bfloat16",
+        "hidden_size": 256,
+        "n_head": 4,
+        "n_layer": 2,
+        "vocab_size": 396,
+        "multi_query": True,
+        "parallel_attn": True,
+        "bias": False,
+        "alibi": False,
+        "apply_residual_connection_post_layernorm": False,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "layer_norm_epsilon": 1e-05,
+        "initializer_range": 0.02,
+        "use_cache": True,
+        "bos_token_id": 0,
+        "eos_token_id": 2,
+    }
+
+
+def deepseek_v3() -> dict:
+    """A DeepSeek-V3 checkpoint's config: auto_map to its own modeling_deepseek (not in the
+    directory) for a model type transformers knows (4.55 and 4.57 both read it themselves)."""
+    return {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "auto_map": {
+            "AutoConfig": "configuration_deepseek.DeepseekV3Config",
+            "AutoModel": "modeling_deepseek.DeepseekV3Model",
+            "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM",
+        },
+        "torch_dtype": "bfloat16",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "moe_intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "first_k_dense_replace": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "n_routed_experts": 4,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "n_group": 1,
+        "topk_group": 1,
+        "q_lora_rank": None,
+        "kv_lora_rank": 64,
+        "qk_nope_head_dim": 32,
+        "qk_rope_head_dim": 32,
+        "v_head_dim": 32,
+        "max_position_embeddings": 512,
+        "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-06,
+        "vocab_size": 396,
+        "bos_token_id": 0,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+    }
+
+
 ADAPTER_CONFIG = {
     "base_model_name_or_path": "TinyOrg/tiny-llama",
     "peft_type": "LORA",
@@ -244,6 +311,9 @@ CASES: List[Case] = [
         "has model type `qwen3_5` but Transformers does not recognize this architecture",
     ),
     Case("nv-a100", "remote-code", _config(remote_code), "fails", ("REMOTE_CODE",), "contains custom code which must be executed"),
+    # The engine's own config class (issue 24, class 1): vLLM 0.11.0 reads RefinedWebModel with its
+    # RWConfig before transformers is asked, whatever auto_map says, and gets to the weights.
+    Case("nv-a100", "refined-web", _config(refined_web), "starts"),
     Case(
         "nv-a100",
         "adapter-only",
@@ -312,6 +382,18 @@ CASES: List[Case] = [
         "has model type `qwen3_5` but Transformers does not recognize this architecture",
     ),
     Case("iluvatar-bi100", "remote-code", _config(remote_code), "fails", ("REMOTE_CODE",), "contains custom code which must be executed"),
+    # The same config on 0.5.5, which asks transformers first (its RWConfig comes after): refused.
+    Case("iluvatar-bi100", "refined-web", _config(refined_web), "fails", ("REMOTE_CODE",), "contains custom code which must be executed"),
+    # auto_map to the model's own classes for a model type transformers knows (class 2): the
+    # config reads, and vLLM 0.5.5 looks its registry up whatever auto_map says.
+    Case(
+        "iluvatar-bi100",
+        "deepseek-v3-auto-map",
+        _config(deepseek_v3),
+        "fails",
+        ("R4",),
+        "Model architectures ['DeepseekV3ForCausalLM'] are not supported for now.",
+    ),
     Case(
         "iluvatar-bi100",
         "adapter-only",
@@ -355,10 +437,14 @@ def case_param(case: Case):
 # ---- running doctor and the engine -------------------------------------------------------------
 
 
-def doctor(model: Path, card: str) -> dict:
-    """What a user runs before submitting, with the engine's Python for verification."""
+def doctor(model: Path, card: str, engine_python: Optional[str] = None) -> dict:
+    """What a user runs before submitting, with the engine's Python for verification (or the
+    one named)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPAT_")}
-    env["COMPAT_ENGINE_PYTHON"] = str(ENGINE_OF_CARD[card].python)
+    env["COMPAT_ENGINE_PYTHON"] = engine_python or str(ENGINE_OF_CARD[card].python)
+    # The card's own engine is the one held against vanilla here: its variants (nv-a100@next,
+    # which doctor would find in this checkout and could recommend) are left unverified.
+    env["COMPAT_ENGINE_PYTHON_NEXT"] = "/nonexistent/engine-next/python"
     proc = subprocess.run(
         [sys.executable, "-m", "common", "doctor", str(model), "--card", card, "--json", "--", *PLATFORM_ARGS],
         cwd=str(ROOT),
@@ -549,3 +635,29 @@ def test_doctor_verdict_is_the_engines(request, results, case: Case):
     assert result.launcher is not None and result.report is not None
     assert [r["code"] for r in result.report["repairs"]] == repairs, table
     assert result.launcher.kind == (PAST_WEIGHTS if case.weights_file else WEIGHTS), table
+
+
+# ---- a check doctor could not make (issue 24, class 3) ------------------------------------------
+
+
+@pytest.mark.skipif(not ENGINE_055.available(), reason=ENGINE_055.missing_reason)
+def test_h1_with_a_python_without_vllm_is_unverified_and_starts_with_the_engines(tmp_path):
+    """iluvatar-bi100 repairs head size 100 by adding it to vLLM 0.5.5's
+    PagedAttention.get_supported_head_sizes at start, a check of the engine's own file. Asked of
+    a Python that has transformers but no vLLM (the dev venv running the tests), doctor cannot
+    make that check: its verdict is "unverified" (exit 2), never "fails". Asked of the engine's
+    Python, the same model starts with H1 verified against vLLM 0.5.5's own paged_attn.py. (The
+    launcher is not started here: it would patch the shared engine venv's file.)"""
+    model = write_model(tmp_path / "model", llama(hidden_size=400, head_dim=100))
+    probe = subprocess.run(
+        [sys.executable, "-c", "import importlib.util as u; print(u.find_spec('vllm') is None)"], capture_output=True, text=True
+    )
+    assert probe.stdout.strip() == "True", "the Python without vLLM has one"
+    without = doctor(model, "iluvatar-bi100", engine_python=sys.executable)
+    assert without["verdict"] == "unverified" and without["failing"] == [] and "H1" in without["unverified"], without
+    [h1] = [r for r in without["repairs"] if r["code"] == "H1"]
+    assert h1["verified"] is None and "'vllm' is not installed" in h1["verification"], h1
+    engine = doctor(model, "iluvatar-bi100")
+    [h1] = [r for r in engine["repairs"] if r["code"] == "H1"]
+    assert engine["verdict"] == "starts" and h1["verified"] is True, engine
+    assert h1["verification"].endswith("vllm/attention/ops/paged_attn.py: would apply"), h1

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 import common.preflight as preflight
-from common.rules import REGISTRY
+from common.rules import REGISTRY, Scoped
 from common.tests.helpers import tree_digest
 from tests.launcher_harness import Sandbox, nobody_skip_reason
 
@@ -28,7 +28,9 @@ HANG_TIMEOUT = "0.5"
 def steps():
     found = [f"common.preflight:{name}" for name, obj in sorted(vars(preflight).items()) if inspect.isfunction(obj)]
     found += [f"common.modeldir:ModelDir.{name}" for name in ("listing_problem", "names", "state", "read_json", "read_text")]
-    found += [f"{type(rule).__module__}:{type(rule).__name__}.check" for rule in REGISTRY]
+    # A scoped entry's own check (its scope test) and its rule's, imported here as a scope would.
+    rules = [rule for entry in REGISTRY for rule in ([entry, entry.rule] if isinstance(entry, Scoped) else [entry])]
+    found += list(dict.fromkeys(f"{type(rule).__module__}:{type(rule).__name__}.check" for rule in rules))
     found.append("common.launch:original_environ")
     return found
 

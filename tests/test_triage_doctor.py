@@ -239,8 +239,13 @@ def test_every_signature_has_a_literal_anchor():
 # ---- doctor ---------------------------------------------------------------------------------
 
 
+# The card's default engine judged with the dev venv's transformers; nv-a100@next left without an
+# engine Python (doctor would find this checkout's .venv-engine-next by itself and recommend it).
+DOCTOR_ENV = {"COMPAT_ENGINE_PYTHON": sys.executable, "COMPAT_ENGINE_PYTHON_NEXT": "/nonexistent/engine-next/python"}
+
+
 def doctor(model, card, *extra, env=None):
-    return common("doctor", str(model), "--card", card, *extra, env={"COMPAT_ENGINE_PYTHON": sys.executable, **(env or {})})
+    return common("doctor", str(model), "--card", card, *extra, env={**DOCTOR_ENV, **(env or {})})
 
 
 def test_doctor_table_for_a_repairable_model(models):

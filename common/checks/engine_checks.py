@@ -13,7 +13,8 @@ Requests and the fields their answers add:
       token there and in the rewritten config keeps its id, and a probe text mixing words,
       digits, non-ASCII and special tokens encodes to the same ids.
   {"kind": "module", "name": DOTTED}
-      "path": the module's source file for this interpreter (nothing is imported).
+      "path": the module's source file for this interpreter (nothing is imported); ok null when
+      the module's top-level package is not installed here (not the engine's interpreter).
   {"kind": "layer_api", "requires": {SYMBOL: [param, ...]}}
       "missing": what of `requires` this interpreter's vLLM does not define ("file:Class[.method]"
       symbols with the parameters a backport passes, read from its source: layer_api.py).
@@ -197,6 +198,11 @@ def check_module(request):
     spec = importlib.util.spec_from_file_location("_compat_patching", path)
     patching = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(patching)
+    top = str(request["name"]).split(".")[0]
+    if patching.package_dir(top) is None:
+        # A Python without the engine's package is not the engine's Python: the check could not
+        # be made here, which says nothing of the engine's file ("unverified", not "fails").
+        return {"ok": None, "reason": f"package {top!r} is not installed for {sys.executable}, so its file cannot be checked here"}
     try:
         source = patching.module_file(request["name"])
     except patching.PatchError as exc:

@@ -1,4 +1,8 @@
-"""The rule registry: one line per rule, in the order their repairs are applied."""
+"""The rule registry: one line per rule, in the order their repairs are applied.
+
+A rule that can only concern some files or model types is registered with its scope (`Scoped`):
+its module is imported only for a model inside that scope, so a clean model pays nothing for it.
+"""
 
 from __future__ import annotations
 
@@ -15,18 +19,38 @@ from . import (
     r3c_tokenizer_config,
     r4_architectures,
     r5_config_format,
-    r6_processor_files,
-    r7_vendor_module_shim,
-    r8_fused_experts,
-    r9_vision_tower_names,
-    r10_backport,
     remote_code,
 )
-from .base import Context, Outcome, Rule
+from .base import Context, Outcome, Rule, Scoped
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Tuple
+
+# The scopes of the scoped rules: what each rule's own tables can act on (test_codes.py holds
+# them to those tables). R6: transformers 5's nested processor file; R7: the architectures whose
+# engine model file imports a shimmed vendor module; R8: the MoE model types transformers 5
+# stores fused; R9: the vision-language model types it saves with a flat tower; R10: the
+# architectures a backport exists for.
+R6_FILES = ("processor_config.json",)
+R7_ARCHITECTURES = ("MixtralForCausalLM",)
+R8_MODEL_TYPES = (
+    "deepseek_v2",
+    "deepseek_v3",
+    "dots1",
+    "ernie4_5_moe",
+    "flex_olmo",
+    "glm4_moe",
+    "hunyuan_v1_moe",
+    "minimax",
+    "mixtral",
+    "olmoe",
+    "qwen2_moe",
+    "qwen3_moe",
+)
+R9_MODEL_TYPES = ("aya_vision", "gemma3", "llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma")
+# R10: the architectures the runtime package ships a backport of (vllm_plugin/compat_backports).
+R10_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
 
 REGISTRY: Tuple[Rule, ...] = (
     # Checks first: what no repair fixes.
@@ -37,20 +61,20 @@ REGISTRY: Tuple[Rule, ...] = (
     r2_chat_template.RULE,
     # Before the tokenizer rules: a processor that fails on the model path's tokenizer logs
     # R3b's line too, and only R6's view reaches it (triage: the first matching code wins).
-    r6_processor_files.RULE,
+    Scoped("r6_processor_files", "R6", files=R6_FILES),
     r3_extra_special_tokens.RULE,
     r3b_tokenizer_class.RULE,
     r3c_tokenizer_config.RULE,
     # Before R4: triage names R10 for the refusal of a class the image has a backport of.
-    r10_backport.RULE,
+    Scoped("r10_backport", "R10", architectures=R10_ARCHITECTURES),
     r4_architectures.RULE,
     r5_config_format.RULE,
     h1_head_size.RULE,
     h2_null_head_dim.RULE,
-    r7_vendor_module_shim.RULE,
-    r8_fused_experts.RULE,
-    r9_vision_tower_names.RULE,
+    Scoped("r7_vendor_module_shim", "R7", architectures=R7_ARCHITECTURES),
+    Scoped("r8_fused_experts", "R8", model_types=R8_MODEL_TYPES),
+    Scoped("r9_vision_tower_names", "R9", model_types=R9_MODEL_TYPES),
 )
 
 
-__all__ = ["REGISTRY", "Context", "Outcome", "Rule"]
+__all__ = ["REGISTRY", "Context", "Outcome", "Rule", "Scoped"]

@@ -47,3 +47,46 @@ class Rule:
 
     def finding(self, severity: str, message: str) -> Finding:
         return Finding(self.code, severity, message)
+
+
+class Scoped:
+    """A registry entry for a rule that can only concern some models: its module is imported,
+    and its check run, only for a model inside its scope (any of `files` at the model's top
+    level, config.json's `model_type` among `model_types`, or one of its `architectures` among
+    `architectures`). A model outside every scope pays nothing for these rules, not even their
+    import. A scope must hold everything the rule's check can act on (tested against the rule's
+    own tables); the rule's other attributes are the rule's own."""
+
+    def __init__(
+        self, module: str, code: str, files: Tuple[str, ...] = (), model_types: Tuple[str, ...] = (), architectures: Tuple[str, ...] = ()
+    ) -> None:
+        self.module, self.code = module, code
+        self.files, self.model_types, self.architectures = files, frozenset(model_types), frozenset(architectures)
+        self._rule: Optional[Rule] = None
+
+    @property
+    def rule(self) -> Rule:
+        if self._rule is None:
+            import importlib
+
+            self._rule = importlib.import_module(f"{__package__}.{self.module}").RULE
+            if self._rule.code != self.code:
+                raise ValueError(f"registry line {self.module} says {self.code}, the module says {self._rule.code}")
+        return self._rule
+
+    def in_scope(self, ctx: Context) -> bool:
+        if any(ctx.model.state(name).exists for name in self.files):
+            return True
+        config = ctx.model.json_object("config.json")
+        model_type = config.get("model_type")
+        if isinstance(model_type, str) and model_type in self.model_types:
+            return True
+        return bool(self.architectures.intersection(a for a in ctx.facts.get("architectures") or () if isinstance(a, str)))
+
+    def check(self, ctx: Context) -> Outcome:
+        return self.rule.check(ctx) if self.in_scope(ctx) else Outcome()
+
+    def __getattr__(self, name: str) -> Any:  # kind, title, doc, fix, log_signatures: the rule's
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.rule, name)

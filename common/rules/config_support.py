@@ -5,7 +5,9 @@ release does not know (Qwen3.5, Gemma 4 or GLM-5 on transformers 4.55/4.57) fail
 "does not recognize this architecture", and an unknown `model_type` of a nested `text_config`
 fails the same way (a KeyError in 4.57). No metadata repair teaches an old transformers a new
 model: the finding says the model needs a newer engine. Known types are the engine's own
-(`CONFIG_MAPPING` of its transformers, in the profile); `doctor` also loads the config with the
+(`CONFIG_MAPPING` of its transformers, in the profile), plus the few top-level model types the
+engine reads with config classes of its own before transformers is asked (the profile's
+`own_config_classes`: vLLM 0.11 reads `RefinedWeb` so); `doctor` also loads the config with the
 engine's AutoConfig, which catches what a table cannot.
 """
 
@@ -36,8 +38,21 @@ class ConfigSupport(Rule):
             return Outcome()  # the model's own config code: REMOTE_CODE judges it
         unknown = []
         model_type = config.get("model_type")
+        own = ctx.profile.own_config_classes
         if isinstance(model_type, str) and model_type not in known:
-            unknown.append(f"model_type {model_type!r}")
+            if own is None:
+                return Outcome(
+                    findings=[
+                        self.finding(
+                            "unverified",
+                            f"transformers {ctx.profile.transformers_version} (the engine's) does not know model_type "
+                            f"{model_type!r}, and this profile cannot say whether vLLM {ctx.profile.vllm_version} "
+                            "reads it with a config class of its own",
+                        )
+                    ]
+                )
+            if model_type not in own:
+                unknown.append(f"model_type {model_type!r}")
         for key in NESTED_TEXT_CONFIGS:
             nested = config.get(key)
             inner = nested.get("model_type") if isinstance(nested, dict) else None

@@ -11,13 +11,22 @@ engine has the flag, a model view with a rewritten config.json on vLLM 0.5.5). O
 finding names the class and says the model needs a newer engine; nothing is added (a class the
 image ships a backport of is R10's: it serves it, or says why not). A profile
 without a registry snapshot cannot tell: the finding says "unverified".
+
+An `auto_map` naming the model's own modeling classes changes none of this: vLLM looks its
+registry up whatever `auto_map` says (0.5.5 only ever does that, so a DeepSeek-V3 checkpoint
+with `auto_map` to `modeling_deepseek` is refused there). vLLM 0.11 turns to the model's own class
+only when no class of the list is registered and transformers has none of that name: its
+Transformers backend then loads the class `auto_map` names from the model's files and takes it
+if that class says it is compatible, which shows only at start: "unverified". Where only the
+model's code can read config.json and --trust-remote-code is not given, the start stops there
+(REMOTE_CODE), before any architecture is looked up: R4 stands back.
 """
 
 from __future__ import annotations
 
 from ..plan import Repair
 from .base import Context, Outcome, Rule
-from .r10_backport import backported
+from .remote_code import NEEDS_CODE, config_reader
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -47,9 +56,8 @@ class Architectures(Rule):
             )
             return outcome
         profile = ctx.profile
-        auto_map = config.get("auto_map")
-        if isinstance(auto_map, dict) and any(k.startswith("AutoModel") for k in auto_map) and not ctx.user.has("--trust-remote-code"):
-            return outcome  # the model's own classes: REMOTE_CODE says what that needs
+        if not ctx.user.has("--trust-remote-code") and config_reader(config, profile) == NEEDS_CODE:
+            return outcome  # the start stops at config.json: REMOTE_CODE says what that needs
         registry = profile.architectures
         if registry is None:
             outcome.findings.append(
@@ -63,7 +71,7 @@ class Architectures(Rule):
         unknown = [a for a in raw if a not in registry]
         if len(unknown) < len(raw):
             return outcome  # vLLM takes the first class of the list it registers
-        if backported(raw, registry) is not None:
+        if any(a in _backported_architectures() for a in raw):
             return outcome  # the image has a backport of it: R10 serves it, or says why it cannot
         servable = profile.servable_architectures() or registry
         if any(a in servable for a in unknown):
@@ -72,6 +80,23 @@ class Architectures(Rule):
                     "info",
                     f"{', '.join(unknown)} not registered in vLLM {profile.vllm_version}; it serves the model "
                     f"through its Transformers backend (transformers {profile.transformers_version} has the class)",
+                )
+            )
+            return outcome
+        own_class = _own_model_class(config)
+        # vLLM 0.11's backend asks transformers for the first class by name, and the model's own
+        # class only when transformers has none of that name.
+        if own_class and raw[0] not in profile.transformers_architectures and profile.transformers_backend is not False:
+            outcome.findings.append(
+                self.finding(
+                    "unverified",
+                    f"{', '.join(unknown)} not registered in vLLM {profile.vllm_version}"
+                    + (
+                        f"; its Transformers backend then loads the model's own class ({own_class!r}, auto_map) and takes it "
+                        "only if that class says it is compatible, which shows at start (the model's code is not run here)"
+                        if profile.transformers_backend
+                        else f"; this profile cannot say whether vLLM {profile.vllm_version} loads the model's own class ({own_class!r}, auto_map)"
+                    ),
                 )
             )
             return outcome
@@ -116,4 +141,22 @@ class Architectures(Rule):
         )
 
 
+def _own_model_class(config: dict) -> str:
+    """The model's own modeling class auto_map names (AutoModel*), or ""."""
+    auto_map = config.get("auto_map")
+    if not isinstance(auto_map, dict):
+        return ""
+    for key, value in auto_map.items():
+        if isinstance(key, str) and key.startswith("AutoModel") and isinstance(value, str) and value:
+            return value
+    return ""
+
+
 RULE = Architectures()
+
+
+def _backported_architectures():
+    """R10's scope in the registry (read at check time: the registry module imports this one)."""
+    from . import R10_ARCHITECTURES
+
+    return R10_ARCHITECTURES

@@ -23,7 +23,6 @@ experts, and the checkpoint no longer fits the model: the old key is restored th
 from __future__ import annotations
 
 import json
-import math
 
 from ..headsize import NESTED_TEXT_CONFIGS as NESTED
 from ..plan import Repair
@@ -50,7 +49,7 @@ RENAMED = {
 NOT_SCALING = ("rope_theta", "partial_rotary_factor")
 
 
-def _number(value: Any, low: float = 0.0, high: float = math.inf, low_open: bool = True) -> bool:
+def _number(value: Any, low: float = 0.0, high: float = float("inf"), low_open: bool = True) -> bool:
     """A JSON number (not a boolean) that is finite and in range: NaN, Infinity and 1e400 are not."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
@@ -58,7 +57,9 @@ def _number(value: Any, low: float = 0.0, high: float = math.inf, low_open: bool
         number = float(value)
     except OverflowError:
         return False
-    return math.isfinite(number) and (number > low if low_open else number >= low) and number <= high
+    # x - x is 0.0 for a finite x and NaN for NaN or an infinity (what math.isfinite says,
+    # without importing math at every start).
+    return number - number == 0.0 and (number > low if low_open else number >= low) and number <= high
 
 
 def _scaling_ok(scaling: Dict[str, Any]) -> Optional[str]:

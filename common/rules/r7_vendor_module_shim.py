@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 
-from ..patching import module_location, package_dir
 from ..plan import Repair
 from .base import Context, Outcome, Rule
 
@@ -26,10 +25,14 @@ SHIMMED_MODULES = {
 
 def module_present(dotted: str) -> bool:
     """Whether `dotted` exists as a file or package under its top-level package (no import)."""
+    from ..patching import module_location  # past the architecture test: other models never pay for it
+
     return module_location(dotted) is not None
 
 
 def engine_imports(model_file: str, dotted: str) -> bool:
+    from ..patching import package_dir  # past the architecture test: other models never pay for it
+
     vllm_dir = package_dir("vllm")
     if vllm_dir is None:
         return False

@@ -17,11 +17,10 @@ finding is an error: the model would not load, or load wrong weights.
 
 from __future__ import annotations
 
-from ..safetensors_header import INDEX, read_header, weight_files, weight_map
+# Only the model-type table at import: the header reader and the plugin's wrapper are imported
+# past the model-type test (check), so a model of any other type pays nothing for them.
 from ..vllm_plugin.compat_fused_experts import ENV, MODEL_TYPES, fused_part
-from ..vllm_plugin.compat_weights import PLUGIN_NAME
 from .base import Context, Outcome, Rule
-from .weights_plugin import PLUGIN_DIR, blocker, plugin_repair
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -55,6 +54,8 @@ def tensor_shapes(ctx: Context) -> Tuple[Dict[str, Optional[List[int]]], str, Li
     With an index the names are its weight_map; the header of the file holding the first fused
     tensor then confirms that tensor's shape (one header, however many shards). Without one, the
     headers of the top-level *.safetensors files."""
+    from ..safetensors_header import INDEX, read_header, weight_files, weight_map
+
     mapping, problem = weight_map(ctx.model)
     problems = [problem.message()] if problem is not None else []
     if mapping is not None:
@@ -131,6 +132,9 @@ class FusedExperts(Rule):
                 self.finding("error", f"{detail}, but not in transformers 5's shape ({', '.join(wrong[:3])}; {experts} experts)")
             )
             return outcome
+        from ..vllm_plugin.compat_weights import PLUGIN_NAME
+        from .weights_plugin import blocker, plugin_repair
+
         blocked = blocker(ctx)
         if blocked is not None:
             severity, why = blocked
@@ -143,5 +147,3 @@ class FusedExperts(Rule):
 
 
 RULE = FusedExperts()
-
-__all__ = ["PLUGIN_DIR", "RULE"]

@@ -18,11 +18,10 @@ engine's own loader reads the published names. Elsewhere the finding is an error
 
 from __future__ import annotations
 
-from ..safetensors_header import tensor_names
+# Only the model-type table at import: the header reader and the plugin's wrapper are imported
+# past the model-type test (check), so a model of any other type pays nothing for them.
 from ..vllm_plugin.compat_weight_names import ENV, MODEL_TYPES, VISION_TYPES, flat_part, published_part, rename
-from ..vllm_plugin.compat_weights import PLUGIN_NAME
 from .base import Context, Outcome, Rule
-from .weights_plugin import blocker, plugin_repair
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -62,6 +61,8 @@ class VisionTowerNames(Rule):
         scheme = scheme_for(config)
         if scheme is None:
             return outcome  # not a family transformers 5 saves flat: nothing is read
+        from ..safetensors_header import tensor_names
+
         names, where, problems = tensor_names(ctx.model)
         for problem in problems:
             outcome.findings.append(
@@ -79,6 +80,9 @@ class VisionTowerNames(Rule):
             # Half of each: renaming would load one half over the other. Not a save transformers makes.
             outcome.findings.append(self.finding("error", f"{detail}, and {len(published)} with it (e.g. {published[0]}): mixed layouts"))
             return outcome
+        from ..vllm_plugin.compat_weights import PLUGIN_NAME
+        from .weights_plugin import blocker, plugin_repair
+
         blocked = blocker(ctx)
         if blocked is not None:
             severity, why = blocked

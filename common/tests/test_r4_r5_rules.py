@@ -142,6 +142,45 @@ def test_renamed_class_on_an_engine_without_hf_overrides_is_served_through_a_mod
     assert repair.config_edits == {"architectures": ["LlamaForCausalLM"]} and repair.hf_overrides == {}
 
 
+DEEPSEEK_AUTO_MAP = {
+    "AutoConfig": "configuration_deepseek.DeepseekV3Config",
+    "AutoModel": "modeling_deepseek.DeepseekV3Model",
+    "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM",
+}
+
+
+def test_auto_map_to_the_models_own_classes_does_not_hide_the_registry(tmp_path):
+    """vLLM looks its registry up whatever auto_map says: vLLM 0.5.5 (BI-100's profile) refuses
+    DeepseekV3ForCausalLM although the config names its own modeling code; 0.11.0 registers it."""
+    config = llama(architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3", auto_map=DEEPSEEK_AUTO_MAP)
+    [finding] = r4_on(profile_data("iluvatar-bi100"), config, tmp_path / "bi100").findings
+    assert finding.severity == "error" and "DeepseekV3ForCausalLM" in finding.message and "newer engine" in finding.message
+    outcome = r4_on(profile_data("nv-a100"), config, tmp_path / "a100")
+    assert outcome.findings == [] and outcome.repairs == []
+
+
+def test_the_models_own_class_on_a_transformers_backend_is_unverified(tmp_path):
+    """vLLM 0.11's Transformers backend loads the class auto_map names when no class of the list
+    is registered and transformers has none of that name; whether it takes that class shows only
+    at start. No repair replaces the model's own code there."""
+    config = llama(architectures=["TinyOwnForCausalLM"], auto_map={"AutoModelForCausalLM": "modeling_tiny.TinyOwnForCausalLM"})
+    outcome = r4_on(profile_data("nv-a100"), config, tmp_path / "a100")
+    assert outcome.repairs == [] and [f.severity for f in outcome.findings] == ["unverified"]
+    assert "modeling_tiny.TinyOwnForCausalLM" in outcome.findings[0].message
+    # No backend (0.5.5): the model's code is never used; the model_type's class serves it.
+    [repair] = r4_on(profile_data("iluvatar-bi100"), config, tmp_path / "bi100").repairs
+    assert repair.config_edits == {"architectures": ["LlamaForCausalLM"]}
+
+
+def test_r4_stands_back_where_only_the_models_code_reads_the_config(tmp_path):
+    """Without --trust-remote-code the start stops at config.json (REMOTE_CODE's finding)."""
+    config = llama(
+        architectures=["TinyRemoteForCausalLM"], model_type="tiny_remote", auto_map={"AutoConfig": "configuration_tiny.TinyConfig"}
+    )
+    outcome = r4_on(profile_data("iluvatar-bi100"), config, tmp_path)
+    assert outcome.findings == [] and outcome.repairs == []
+
+
 # ---- R5 ------------------------------------------------------------------------------------
 
 V5_ROPE = {"rope_type": "default", "rope_theta": 1000000.0}

@@ -5,6 +5,7 @@ name goes."""
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,86 @@ def test_a_variant_without_its_engines_python_is_unverified_not_judged_by_anothe
     assert doctor.run(str(model), "nv-a100", [], env, as_json=True) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["variants"]["nv-a100@next"]["verdict"] == "unverified" and data["recommended"] is None
+
+
+# ---- which Python verifies each engine (common/engines.py) -----------------------------------
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+ENGINE_VENVS = [CHECKOUT / name / "bin" / "python" for name in (".venv-engine", ".venv-engine-next")]
+
+
+def fake_checkout(tmp_path, snapshot_env):
+    """A checkout holding one engine venv: its bin/python is a link to this interpreter."""
+    python = tmp_path / "checkout" / snapshot_env / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.symlink_to(os.path.realpath(sys.executable))
+    return tmp_path / "checkout", python
+
+
+def test_the_variable_wins_then_the_checkouts_venv_then_nothing_for_a_variant(tmp_path, monkeypatch):
+    from common import engines
+
+    # make profiles writes where this checkout keeps each card's engine (card.toml's snapshot_env).
+    venvs = json.loads(Path(engines.ENGINE_VENVS).read_text())
+    assert venvs["nv-a100@next"] == ".venv-engine-next" and venvs["iluvatar-bi100"] == ".venv-engine055"
+    root, python = fake_checkout(tmp_path, ".venv-engine-next")
+    monkeypatch.setattr(engines, "image_card", lambda: None)
+    named = engines.resolve("nv-a100@next", {"COMPAT_ENGINE_PYTHON_NEXT": "/opt/next/python"}, root=str(root))
+    assert (named.path, named.source) == ("/opt/next/python", "COMPAT_ENGINE_PYTHON_NEXT")
+    found = engines.resolve("nv-a100@next", {"COMPAT_ENGINE_PYTHON": "/opt/default/python"}, root=str(root))
+    assert (found.path, found.source) == (str(python), "this checkout's engine venv")
+    none = engines.resolve("nv-a100@next", {}, root=str(tmp_path / "elsewhere"))
+    assert none.path == "" and "COMPAT_ENGINE_PYTHON_NEXT" in none.source and ".venv-engine-next" in none.source
+    assert none.env({})["COMPAT_ENGINE_PYTHON"].startswith("(no engine Python")  # its checks cannot run
+    # A card's default engine without a venv: the Python running doctor, as preflight does.
+    default = engines.resolve("nv-a100", {}, root=str(tmp_path / "elsewhere"))
+    assert default.path == sys.executable and "no COMPAT_ENGINE_PYTHON set" in default.source
+    # A variant named by --card itself takes COMPAT_ENGINE_PYTHON too.
+    asked = engines.resolve("nv-a100@next", {"COMPAT_ENGINE_PYTHON": "/opt/x"}, asked=True, root=str(tmp_path / "elsewhere"))
+    assert asked.path == "/opt/x"
+
+
+def test_inside_an_image_its_own_python_is_the_default(tmp_path, monkeypatch):
+    from common import engines
+
+    root, _ = fake_checkout(tmp_path, ".venv-engine")
+    monkeypatch.setattr(engines, "image_card", lambda: "nv-a100")
+    inside = engines.resolve("nv-a100", {}, root=str(root))
+    assert (inside.path, inside.source) == (sys.executable, "the image's own Python")
+    assert engines.resolve("nv-a100", {"COMPAT_ENGINE_PYTHON": "/opt/x"}, root=str(root)).path == "/opt/x"
+    # Another card's engine is not the image's: its variant stays without one.
+    assert engines.resolve("nv-a100@next", {}, root=str(root)).path == ""
+
+
+@pytest.mark.skipif(not all(p.exists() for p in ENGINE_VENVS), reason="needs .venv-engine and .venv-engine-next: run `make envs`")
+def test_doctor_finds_the_checkouts_engine_venvs_and_says_which_verified(models):
+    """No COMPAT_ENGINE_PYTHON* set: each variant of nv-a100 is verified with this checkout's own
+    engine venv (0.11.0's, 0.32.0's), never left unverified for want of a variable, and each
+    verdict names the Python that verified it."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPAT_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "common", "doctor", str(models("v5-generic")), "--card", "nv-a100", "--json"],
+        cwd=str(CHECKOUT),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    data = json.loads(proc.stdout)
+    variants = data["variants"]
+    assert proc.returncode == 0 and variants["nv-a100@next"]["verdict"] == "starts" and variants["nv-a100"]["verdict"] == "starts", data
+    for name, venv in (("nv-a100", ENGINE_VENVS[0]), ("nv-a100@next", ENGINE_VENVS[1])):
+        assert variants[name]["engine_python"] == {"path": str(venv), "source": "this checkout's engine venv"}
+    assert data["recommended"] == "nv-a100@next" and data["repairs"] == []
+    text = subprocess.run(
+        [sys.executable, "-m", "common", "doctor", str(models("v5-generic")), "--card", "nv-a100"],
+        cwd=str(CHECKOUT),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    assert "checked with: .venv-engine-next/bin/python (this checkout's engine venv)" in text
+    assert "| nv-a100 | 0.11.0 | starts | R3, R3b, R5 | - | .venv-engine/bin/python (this checkout's engine venv) |" in text

@@ -37,6 +37,9 @@ def profile_json(card: Dict[str, Any], snap: Dict[str, Any]) -> Dict[str, Any]:
             "head_dim_none_fallback": snap["head_dim_none_fallback"],
             "null_head_dim_model_types": snap["null_head_dim_model_types"],
             "config_model_types": snap["config_model_types"],
+            # Model types the engine reads with config classes of its own, without remote code
+            # (model_type -> class); None: no vLLM to ask.
+            "own_config_classes": snap.get("own_config_classes"),
             # What its transformers reads of the transformers-5 formats (R3, R5 decide from it).
             "reads": snap["reads"],
             # Which names each config class also answers to (R5: keys transformers 5 renamed).
