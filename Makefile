@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CARD   ?= nv-a100
 
-.PHONY: help venv author-env engine-env engine055-env engine-next-env upstream-src envs base-engine base-engine055 base-engine-next base-images images demo test test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
+.PHONY: help venv author-env engine-env engine055-env engine-next-env upstream-src envs base-engine base-engine055 base-engine-next bases-in-daemon images-in-daemon base-images images demo test test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
 
 help:
 	@echo "make demo        build an example broken model and show what the $(CARD) image would do"
@@ -46,17 +46,22 @@ WITH_DOCKER := scripts/with-docker.sh
 
 # Local stand-ins for the cards' vendor base images (envs/bases/bases.toml): a Debian root
 # filesystem plus an engine venv, made once per spec in the daemon. One target per base, so that
-# `make -j` imports each as soon as its venv is there (while vLLM 0.5.5 still compiles).
+# `make -j` imports each as soon as its venv is there (while vLLM 0.5.5 still compiles). The
+# *-in-daemon targets expect DOCKER_HOST to answer: the public ones start one daemon for them all.
 base-engine: venv engine-env
 base-engine055: venv engine055-env
 base-engine-next: venv engine-next-env
 base-engine base-engine055 base-engine-next:
-	@$(WITH_DOCKER) $(PY) -m compat_build.local_bases $(@:base-%=%) $(IF_DAEMON)
-base-images: base-engine base-engine055 base-engine-next
+	@$(PY) -m compat_build.local_bases $(@:base-%=%) $(IF_DAEMON)
+bases-in-daemon: base-engine base-engine055 base-engine-next
+images-in-daemon: bases-in-daemon
+	@$(PY) -m compat_build.images $(IF_DAEMON)
+base-images:
+	@$(WITH_DOCKER) $(MAKE) --no-print-directory -j4 bases-in-daemon
 
 # Every card image of the matrix, built on those bases as `make build` builds on the vendor's.
-images: base-images
-	@$(WITH_DOCKER) $(PY) -m compat_build.images $(IF_DAEMON)
+images:
+	@$(WITH_DOCKER) $(MAKE) --no-print-directory -j4 images-in-daemon
 
 demo: venv author-env
 	@$(PY) scripts/demo.py --card $(CARD)
@@ -65,7 +70,7 @@ demo: venv author-env
 # compile, vLLM 0.5.5's), then the card images, then every test, all against one daemon. Where no
 # daemon can be had the images are skipped, saying so, and so is the image tier (not under CI).
 test:
-	@$(WITH_DOCKER) sh -c '$(MAKE) --no-print-directory -j4 envs images IF_DAEMON=--if-daemon && $(PY) -m pytest'
+	@$(WITH_DOCKER) sh -c '$(MAKE) --no-print-directory -j4 envs images-in-daemon IF_DAEMON=--if-daemon && $(PY) -m pytest'
 
 test-fast: venv author-env upstream-src
 	$(PY) -m pytest -m "not e2e and not images"
