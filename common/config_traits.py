@@ -1,0 +1,140 @@
+"""The traits of a model's configuration that decide what an engine computes for it.
+
+The conformance matrix proves tokens for tiny models in the configurations popular checkpoints
+use; a real model is covered by a cell when it is the same architecture with the same traits
+(its rope scaling kind, partial rotary, a window shorter than the context it is served with,
+soft-capping, tied embeddings, biases, q/k norms, an explicit head_dim, the KV head layout, its
+experts, and the family switches in SWITCHES). A trait this module cannot read makes no match,
+never a wrong one: the model's tokens are then "unproven". Standard library only.
+"""
+
+from __future__ import annotations
+
+from .headsize import attention_config, detect_head_size
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
+
+# Keys whose truth switches a family's computation (Falcon's decoder layout, ALiBi, parallel
+# residuals, clipped qkv); read as stated (a key the save left out is its family's default).
+SWITCHES = (
+    "alibi",
+    "new_decoder_architecture",
+    "parallel_attn",
+    "use_parallel_residual",
+    "clip_qkv",
+    "apply_residual_connection_post_layernorm",
+)
+BIASES = ("attention_bias", "attention_out_bias", "mlp_bias", "qkv_bias", "use_qkv_bias", "use_bias", "bias", "add_bias_linear")
+QK_NORMS = ("qk_layernorm", "use_qk_norm")
+# Families whose windowed layers alternate with global ones even where config.json lists no
+# layer_types (as transformers 4.55 saves Gemma 2 and Cohere 2).
+INTERLEAVED = frozenset(("gemma2", "gemma3_text", "gemma3", "cohere2", "gpt_oss", "exaone4", "olmo3", "ministral", "llama4_text", "llama4"))
+WINDOW_KEYS = ("sliding_window", "attention_chunk_size")
+ROPE_ALIASES = {"su": "longrope", "mrope": "default"}
+
+
+def _int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def rope_kind(cfg: Dict[str, Any]) -> str:
+    """default, linear, dynamic, llama3, yarn, longrope, ... or per-layer-type."""
+    params = cfg.get("rope_parameters")
+    if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
+        return "per-layer-type"
+    for source in (params, cfg.get("rope_scaling")):
+        if isinstance(source, dict):
+            kind = source.get("rope_type") or source.get("type")
+            if isinstance(kind, str):
+                return ROPE_ALIASES.get(kind, kind)
+    return "default"
+
+
+def partial_rotary(cfg: Dict[str, Any], head_size: Optional[int]) -> bool:
+    params = cfg.get("rope_parameters")
+    factors = [cfg.get("partial_rotary_factor"), cfg.get("rotary_pct"), params.get("partial_rotary_factor") if isinstance(params, dict) else None]
+    if any(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f < 1 for f in factors):
+        return True
+    dim = _int(cfg.get("rotary_dim"))
+    return bool(dim and head_size and dim < head_size)
+
+
+def window(cfg: Dict[str, Any], model_type: Optional[str], context: Optional[int]) -> str:
+    """none (no window, or none shorter than the served context), all, or interleaved."""
+    if cfg.get("use_sliding_window") is False:
+        return "none"
+    sizes = [_int(cfg.get(k)) for k in WINDOW_KEYS]
+    size = min((s for s in sizes if s and s > 0), default=None)
+    if size is None or (context is not None and size >= context):
+        return "none"
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list) and layer_types:
+        return "interleaved" if any(t != "sliding_attention" for t in layer_types) else "all"
+    if _int(cfg.get("sliding_window_pattern")) or model_type in INTERLEAVED:
+        return "interleaved"
+    return "all"
+
+
+def kv_layout(cfg: Dict[str, Any]) -> str:
+    heads = next((_int(cfg.get(k)) for k in ("num_attention_heads", "n_head", "n_heads") if _int(cfg.get(k))), None)
+    if cfg.get("multi_query") is True:
+        return "mqa"
+    kv = next((_int(cfg.get(k)) for k in ("num_key_value_heads", "num_kv_heads", "n_head_kv") if _int(cfg.get(k))), None)
+    if kv is None:
+        attn = cfg.get("attn_config")
+        kv = _int(attn.get("kv_n_heads")) if isinstance(attn, dict) else None
+    if kv is None or heads is None or kv == heads:
+        return "mha"
+    return "mqa" if kv == 1 else "gqa"
+
+
+def experts(cfg: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    ffn = cfg.get("ffn_config") if isinstance(cfg.get("ffn_config"), dict) else {}
+    count = next((_int(v) for v in (cfg.get("num_experts"), cfg.get("num_local_experts"), cfg.get("n_routed_experts"), ffn.get("moe_num_experts")) if _int(v)), None)
+    if not count or count < 2:
+        return None
+    shared = any((_int(cfg.get(k)) or 0) > 0 for k in ("n_shared_experts", "shared_expert_intermediate_size"))
+    return {"shared": shared, "norm_topk_prob": cfg.get("norm_topk_prob")}
+
+
+def context_length(cfg: Dict[str, Any], max_model_len: Optional[str]) -> Optional[int]:
+    """The length the model is served with: --max-model-len, else what its config allows."""
+    if max_model_len is not None:
+        try:
+            return int(max_model_len)
+        except ValueError:
+            return None
+    return next((_int(cfg.get(k)) for k in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length") if _int(cfg.get(k))), None)
+
+
+def config_traits(config: Dict[str, Any], max_model_len: Optional[str] = None) -> Dict[str, Any]:
+    """The traits of `config` (a parsed config.json) served with --max-model-len `max_model_len`."""
+    _, cfg = attention_config(config)
+    model_type = cfg.get("model_type") if isinstance(cfg.get("model_type"), str) else config.get("model_type")
+    head = detect_head_size(config).value
+    explicit = _int(cfg.get("head_dim"))
+    hidden, heads = _int(cfg.get("hidden_size")), _int(cfg.get("num_attention_heads"))
+    derived = hidden // heads if hidden and heads and hidden % heads == 0 else None
+    tied = cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", True))
+    traits: Dict[str, Any] = {
+        "rope": rope_kind(cfg),
+        "partial_rotary": partial_rotary(cfg, head),
+        "window": window(cfg, model_type, context_length(cfg, max_model_len)),
+        "softcap": any(cfg.get(k) is not None for k in ("attn_logit_softcapping", "final_logit_softcapping")),
+        "tied": tied is not False,
+        "biases": sorted(k for k in BIASES if cfg.get(k) is True),
+        "qk_norm": any(cfg.get(k) is True for k in QK_NORMS),
+        "head_dim": "explicit" if explicit and derived and explicit != derived else "derived",
+        "kv": kv_layout(cfg),
+        "experts": experts(cfg),
+        "no_rope_layers": bool(cfg.get("no_rope_layers")),
+        "switches": sorted(k for k in SWITCHES if cfg.get(k) not in (None, False, 0)),
+    }
+    return traits
+
+
+def differences(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
+    """The traits in which `a` and `b` differ."""
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
