@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CARD   ?= nv-a100
 
-.PHONY: help venv author-env engine-env engine055-env engine-next-env upstream-src envs base-engine base-engine055 base-engine-next bases-in-daemon images-in-daemon base-images images demo test test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
+.PHONY: conformance help venv author-env engine-env engine055-env engine-next-env upstream-src envs base-engine base-engine055 base-engine-next bases-in-daemon images-in-daemon base-images images demo test test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
 
 help:
 	@echo "make demo        build an example broken model and show what the $(CARD) image would do"
@@ -15,6 +15,7 @@ help:
 	@echo "make fuzz        the property-based red-line suite at 10,000+ random examples"
 	@echo "make bench       preflight speed figures"
 	@echo "make profiles    regenerate common/profiles/*.json from build_matrix.toml and the engine venvs"
+	@echo "make conformance every architecture x engine generation cell, tokens against the author's transformers"
 	@echo "make render      build contexts of every card into build/<card>/ (and cards/*/task_info.env)"
 	@echo "make build CARD=nv-a100   build a card image with Docker (CARD=all for every card)"
 	@echo "make images     every card image built on local stand-ins of the vendor bases (starts a Docker daemon if none answers)"
@@ -75,6 +76,11 @@ test:
 test-fast: venv author-env upstream-src
 	$(PY) -m pytest -m "not e2e and not images"
 
+# The conformance matrix (conformance/README.md): every case on every card's engine, through the
+# card's launcher; writes conformance/results.json, its README table and the cells doctor reads.
+conformance: venv author-env engine-env engine055-env engine-next-env
+	@$(PY) -m conformance run
+
 # The committed fixture models the unit tests read, made again by their authors' transformers.
 fixtures: venv author-env engine055-env
 	@$(PY) -m tests.fixtures.committed
@@ -86,6 +92,7 @@ bench: venv
 	@$(PY) scripts/bench.py
 	@$(PY) scripts/bench_moe.py
 	@$(PY) scripts/bench_triage.py
+	@$(PY) scripts/bench_conformance.py
 
 bench-images: venv engine-env engine055-env engine-next-env
 	@$(WITH_DOCKER) $(PY) scripts/bench_images.py

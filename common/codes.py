@@ -77,6 +77,32 @@ BUILD = (
 # Failures no repair of this project fixes; each says what to do instead.
 TRIAGE = (
     Code(
+        "CPU",
+        TRIAGE_ONLY,
+        "a kernel or engine path the engine's CPU build lacks",
+        "The log comes from a CPU build of the engine (the stand-in the project runs each card's engine generation "
+        "on: the conformance matrix, the end-to-end tests): a CPU MoE, MLA, windowed, soft-capped or ALiBi attention "
+        "path it does not have, a CPU kernel's dtype or head size, Triton (disabled on the CPU), or a package of the "
+        "card's image the CPU venv lacks (torchvision). On the card the vendor's kernels run that part, so the CPU "
+        "build shows nothing about the card either way; doctor says 'unverified' for such configurations, never 'starts'.",
+        "judge the model with the card's own image (`docker run ... IMAGE doctor`), or serve it on an engine generation "
+        "whose CPU build runs it",
+        (
+            r"The CPU backend currently does not support MoE",
+            r"MLA is not supported on CPU",
+            r"sliding window \(CPU backend\) is not supported by the V1 Engine",
+            r"Torch SPDA does not support logits soft cap",
+            r"v1/attention/backends/cpu_attn\.py\", line \d+, in forward",
+            r"CPU GDN attention requires BF16",
+            r"expect weight to be bfloat16, float16, int8, fp8_e4m3 or uint8",
+            r"Unsupported CPU attention configuration",
+            r"attention/backends/torch_sdpa\.py\", line \d+, in \w+",
+            r"fused_moe/cpu_fused_moe\.py\", line \d+, in \w+",
+            r"module 'triton\.language' has no attribute",
+            r"No module named 'torchvision'",
+        ),
+    ),
+    Code(
         "OOM",
         TRIAGE_ONLY,
         "out of memory",

@@ -40,7 +40,9 @@ def _int(value: Any) -> Optional[int]:
 
 
 def rope_kind(cfg: Dict[str, Any]) -> str:
-    """default, linear, dynamic, llama3, yarn, longrope, ... or per-layer-type."""
+    """default, linear, dynamic, llama3, yarn, longrope, ... or per-layer-type. YaRN whose
+    max_position_embeddings is not factor x original_max_position_embeddings is its own kind:
+    transformers before 4.57 then scales by the ratio of the two instead of `factor`."""
     params = cfg.get("rope_parameters")
     if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
         return "per-layer-type"
@@ -48,13 +50,27 @@ def rope_kind(cfg: Dict[str, Any]) -> str:
         if isinstance(source, dict):
             kind = source.get("rope_type") or source.get("type")
             if isinstance(kind, str):
-                return ROPE_ALIASES.get(kind, kind)
+                kind = ROPE_ALIASES.get(kind, kind)
+                if kind == "yarn" and not _yarn_consistent(cfg, source):
+                    return "yarn(max_position!=factor*original)"
+                return kind
     return "default"
+
+
+def _yarn_consistent(cfg: Dict[str, Any], scaling: Dict[str, Any]) -> bool:
+    original, factor, longest = scaling.get("original_max_position_embeddings"), scaling.get("factor"), cfg.get("max_position_embeddings")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (original, factor, longest)):
+        return True
+    return abs(longest - original * factor) < 1
 
 
 def partial_rotary(cfg: Dict[str, Any], head_size: Optional[int]) -> bool:
     params = cfg.get("rope_parameters")
-    factors = [cfg.get("partial_rotary_factor"), cfg.get("rotary_pct"), params.get("partial_rotary_factor") if isinstance(params, dict) else None]
+    factors = [
+        cfg.get("partial_rotary_factor"),
+        cfg.get("rotary_pct"),
+        params.get("partial_rotary_factor") if isinstance(params, dict) else None,
+    ]
     if any(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f < 1 for f in factors):
         return True
     dim = _int(cfg.get("rotary_dim"))
@@ -92,7 +108,14 @@ def kv_layout(cfg: Dict[str, Any]) -> str:
 
 def experts(cfg: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     ffn = cfg.get("ffn_config") if isinstance(cfg.get("ffn_config"), dict) else {}
-    count = next((_int(v) for v in (cfg.get("num_experts"), cfg.get("num_local_experts"), cfg.get("n_routed_experts"), ffn.get("moe_num_experts")) if _int(v)), None)
+    count = next(
+        (
+            _int(v)
+            for v in (cfg.get("num_experts"), cfg.get("num_local_experts"), cfg.get("n_routed_experts"), ffn.get("moe_num_experts"))
+            if _int(v)
+        ),
+        None,
+    )
     if not count or count < 2:
         return None
     shared = any((_int(cfg.get(k)) or 0) > 0 for k in ("n_shared_experts", "shared_expert_intermediate_size"))
@@ -106,7 +129,9 @@ def context_length(cfg: Dict[str, Any], max_model_len: Optional[str]) -> Optiona
             return int(max_model_len)
         except ValueError:
             return None
-    return next((_int(cfg.get(k)) for k in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length") if _int(cfg.get(k))), None)
+    return next(
+        (_int(cfg.get(k)) for k in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length") if _int(cfg.get(k))), None
+    )
 
 
 def config_traits(config: Dict[str, Any], max_model_len: Optional[str] = None) -> Dict[str, Any]:
@@ -127,6 +152,9 @@ def config_traits(config: Dict[str, Any], max_model_len: Optional[str] = None) -
         "biases": sorted(k for k in BIASES if cfg.get(k) is True),
         "qk_norm": any(cfg.get(k) is True for k in QK_NORMS),
         "head_dim": "explicit" if explicit and derived and explicit != derived else "derived",
+        # Heads narrower than 64: kernels differ in what they take there (vLLM 0.5.5's CPU paged
+        # attention refuses 32), where 64 and up is common ground.
+        "narrow_heads": bool(head and head < 64),
         "kv": kv_layout(cfg),
         "experts": experts(cfg),
         "no_rope_layers": bool(cfg.get("no_rope_layers")),

@@ -26,7 +26,7 @@ from .preflight import build_plan
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Mapping, Optional, Sequence
+    from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 STATE = {True: "repaired", False: "NOT repaired (verification failed)", None: "NOT repaired (could not verify)"}
 
@@ -55,7 +55,23 @@ def judge(data: Dict[str, Any]) -> Dict[str, Any]:
     data["verdict"] = "fails" if failing else "unverified" if unverified else "starts"
     data["failing"] = failing
     data["unverified"] = unverified
+    data["tokens"], data["tokens_cell"] = tokens_of(data)
     return data
+
+
+def tokens_of(data: Dict[str, Any]) -> Tuple[str, Optional[str]]:
+    """Whether the conformance matrix proved the model's greedy tokens on the card ("proven",
+    "differs", "unproven") and the cell that says so."""
+    from .conformance_cells import cell_for, tokens
+    from .modeldir import ModelDir
+    from .vllm_args import UserArgs
+
+    try:
+        config = ModelDir(data["model_dir"]).json_object("config.json")
+        cell = cell_for(data["card"], config, UserArgs(data.get("user_args") or []).value("--max-model-len"))
+    except Exception:  # noqa: B902 - an unreadable model has no cell: unproven, said by the other findings
+        return "unproven", None
+    return tokens(cell), (f"{cell['variant']} ({cell['saved_by']})" if cell else None)
 
 
 def remove_work_dir(plan: Plan) -> None:
@@ -81,6 +97,11 @@ def table(data: Dict[str, Any]) -> str:
     lines.append("")
     if data.get("engine_python"):
         lines.append(f"checked with: {_python_text(data['engine_python'])}")
+    if data.get("tokens"):
+        cell = (
+            f" (conformance cell {data['tokens_cell']})" if data.get("tokens_cell") else " (no conformance cell covers this configuration)"
+        )
+        lines.append(f"tokens: {data['tokens']}{cell}")
     if data["verdict"] == "starts":
         extra = " ".join(data["args"])
         lines.append(f"verdict: the {data['card']} image will start this model" + (f" (adding: {extra})" if extra else ""))

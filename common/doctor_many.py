@@ -113,6 +113,7 @@ def row_of(model: str, card: str, data: Dict[str, Any]) -> Dict[str, Any]:
         "unverified": data["unverified"],
         "args": data["args"],
         "env": data["env"],
+        "tokens": data.get("tokens", "unproven"),
         "error": None,
     }
 
@@ -128,6 +129,7 @@ def error_row(model: str, card: str, message: str) -> Dict[str, Any]:
         "unverified": [],
         "args": [],
         "env": {},
+        "tokens": "unproven",
         "error": message,
     }
 
@@ -208,10 +210,10 @@ def totals(rows: Sequence[Dict[str, Any]], card: str) -> Dict[str, int]:
 def markdown(report: Dict[str, Any]) -> str:
     cards = report["cards"]
     lines = [f"doctor: {len(report['models'])} models on {', '.join(cards)}", ""]
-    lines += ["| model | card | verdict | codes |", "|---|---|---|---|"]
+    lines += ["| model | card | verdict | codes | tokens |", "|---|---|---|---|---|"]
     for row in report["rows"]:
         codes = _outcome(row)[len(row["state"]) :].strip(" ()") if row["state"] != "error" else row["error"]
-        lines.append(f"| {_cell(row['model'])} | {row['card']} | {row['state']} | {_cell(codes) or '-'} |")
+        lines.append(f"| {_cell(row['model'])} | {row['card']} | {row['state']} | {_cell(codes) or '-'} | {row.get('tokens') or '-'} |")
     lines += [
         "",
         "| card | vLLM | models | start without the image's repairs | start with them | fail | unverified | errors | checked with |",

@@ -71,6 +71,10 @@ class Profile:
         self.config_attribute_maps: Optional[Dict[str, Dict[str, str]]] = (
             None if not isinstance(raw_maps, dict) else {str(k): dict(v) for k, v in raw_maps.items() if isinstance(v, dict)}
         )
+        # How the engine derives the longest context it serves a model with (the config keys, the
+        # rope scalings that stretch it, the model types whose window caps it): CTX. None: unknown.
+        raw_len = engine.get("max_model_len")
+        self.max_model_len: Optional[Dict[str, Any]] = dict(raw_len) if isinstance(raw_len, dict) and raw_len.get("keys") else None
         reads = engine.get("reads") if isinstance(engine.get("reads"), dict) else {}
         self.reads_rope_parameters: Optional[bool] = reads.get("rope_parameters")
         self.reads_dtype_key: Optional[bool] = reads.get("dtype")

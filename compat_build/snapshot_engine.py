@@ -461,6 +461,129 @@ def weights_iterator_hook() -> Optional[bool]:
     return False
 
 
+# Where vLLM keeps `_get_and_verify_max_len` and ModelConfig: 0.6+ (config/model.py), then 0.5.x.
+MAX_LEN_FILES = (("config", "model.py"), ("config.py",))
+
+
+def max_model_len_rules() -> Optional[Dict[str, Any]]:
+    """How the engine derives a model's longest context and refuses a longer --max-model-len,
+    read from the syntax tree of its `_get_and_verify_max_len` and ModelConfig (importing them
+    needs torch): the config keys it takes the smallest of, the rope scaling kinds that do not
+    stretch it, the model types whose scaling it never applies (already scaled), whether YaRN
+    starts from original_max_position_embeddings, whether a rope_scaling without `factor` fails,
+    whether VLLM_ALLOW_LONG_MAX_MODEL_LEN lifts the refusal, and the model types whose sliding
+    window it turns off and caps the length to (0.5.5's Gemma 2), with no backend condition.
+    None: no vLLM to ask, or no such function where it is looked for."""
+    import ast
+
+    for parts in MAX_LEN_FILES:
+        path = _vllm_file(*parts)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        func = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_get_and_verify_max_len"), None)
+        if func is None:
+            continue
+        keys = _strings_assigned(func, "possible_keys") or _keys_elsewhere()
+        return {
+            "keys": keys,
+            "unscaled_rope_types": sorted(_not_in_tuple(func, "rope_type")),
+            "unscaled_model_types": sorted(_substring_exemptions(func)),
+            "yarn_from_original": any(
+                isinstance(n, ast.Constant) and n.value == "original_max_position_embeddings" for n in ast.walk(func)
+            ),
+            "factor_required": any(isinstance(n, ast.Assert) and "factor" in ast.dump(n) for n in ast.walk(func)),
+            "allow_long_env": any(isinstance(n, ast.Attribute) and n.attr == "VLLM_ALLOW_LONG_MAX_MODEL_LEN" for n in ast.walk(func)),
+            "window_capped_model_types": sorted(_window_caps(tree)),
+        }
+    return None if not _vllm_file() else None
+
+
+# vLLM 0.32 derives the length in its model-architecture converter and hands it over.
+KEY_FILES = (("transformers_utils", "model_arch_config_convertor.py"),)
+
+
+def _keys_elsewhere() -> List[str]:
+    import ast
+
+    for parts in KEY_FILES:
+        try:
+            with open(_vllm_file(*parts), encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "derive_max_model_len_and_key":
+                return _strings_assigned(node, "possible_keys")
+    return []
+
+
+def _strings_assigned(func: Any, name: str) -> List[str]:
+    import ast
+
+    for node in ast.walk(func):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            if isinstance(node.value, (ast.List, ast.Tuple)):
+                return [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
+
+
+def _not_in_tuple(func: Any, name: str) -> List[str]:
+    """The strings of `name not in (...)`."""
+    import ast
+
+    out: List[str] = []
+    for node in ast.walk(func):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == name:
+            for op, comp in zip(node.ops, node.comparators, strict=True):
+                if isinstance(op, ast.NotIn) and isinstance(comp, (ast.Tuple, ast.List)):
+                    out += [e.value for e in comp.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return out
+
+
+def _substring_exemptions(func: Any) -> List[str]:
+    """The strings of `"x" not in <...>.model_type` (0.11: Gemma 3's length is already scaled)."""
+    import ast
+
+    out: List[str] = []
+    for node in ast.walk(func):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str):
+            for op, comp in zip(node.ops, node.comparators, strict=True):
+                if isinstance(op, ast.NotIn) and isinstance(comp, ast.Attribute) and comp.attr == "model_type":
+                    out.append(node.left.value)
+    return out
+
+
+def _window_caps(tree: Any) -> List[str]:
+    """Model types for which an `if` sets `self.disable_sliding_window = True` on the model type
+    alone (no environment or backend in its test)."""
+    import ast
+
+    out: List[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If):
+            continue
+        sets = any(
+            isinstance(s, ast.Assign)
+            and any(isinstance(t, ast.Attribute) and t.attr == "disable_sliding_window" for t in s.targets)
+            and isinstance(s.value, ast.Constant)
+            and s.value.value is True
+            for s in node.body
+        )
+        if not sets or any(isinstance(n, ast.Name) and n.id == "envs" for n in ast.walk(node.test)):
+            continue
+        for cmp in ast.walk(node.test):
+            if isinstance(cmp, ast.Compare) and isinstance(cmp.left, ast.Attribute) and cmp.left.attr == "model_type":
+                out += [
+                    c.value
+                    for op, c in zip(cmp.ops, cmp.comparators, strict=True)
+                    if isinstance(op, ast.Eq) and isinstance(c, ast.Constant)
+                ]
+    return out
+
+
 # The engine API the runtime package's backports (common/vllm_plugin/compat_backports) call:
 # "file under vllm/:Class[.method]" or ":function". A backport fits an engine only when every
 # symbol it lists is here with the parameters it passes; a test holds the two lists together.
@@ -516,6 +639,7 @@ def snapshot(vllm_source: str = "") -> Dict[str, Any]:
         "general_plugins": general_plugins(),
         "weights_iterator_hook": weights_iterator_hook(),
         "layer_api": layer_api(),
+        "max_model_len": max_model_len_rules(),
     }
     data.update(transformers_tables())
     # Last: importing vLLM's config module registers its config classes with transformers'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from . import matrix
@@ -16,10 +17,37 @@ def main(argv=None) -> int:
     run.add_argument("--engine", action="append", help="only this engine generation's cells, e.g. 0.5.5 (repeatable)")
     run.add_argument("--jobs", type=int, default=2, help="engine workers side by side (default 2)")
     run.add_argument("--keep", action="store_true", help="keep the cells' logs and work dirs")
+    sub.add_parser("table", help="write README.md's table and common/conformance_cells.json from results.json")
+    sub.add_parser("judge", help="bake the cells again and let doctor judge every cell's model anew (no engine runs)")
     opts = parser.parse_args(argv)
+    if opts.command == "judge":
+        from .report import load, scope_note, write_readme
+
+        results = load(matrix.RESULTS)
+        matrix.judge_all(results, matrix._stderr)
+        matrix.RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+        write_readme(results)
+        note = scope_note(results)
+        if note:
+            print(note, file=sys.stderr)
+            return 1
+        return 0
+    if opts.command == "table":
+        from .report import load, write_baked, write_readme
+
+        results = load(matrix.RESULTS)
+        write_baked(results)
+        write_readme(results)
+        return 0
     if opts.command == "run":
+        from .report import scope_note
+
         results = matrix.run(opts.case, opts.engine, opts.jobs, opts.keep)
         print(f"conformance: {results['last_run']['cells']} cells in {results['last_run']['seconds']} s", file=sys.stderr)
+        note = scope_note(results)
+        if note:
+            print(note, file=sys.stderr)
+            return 1
     return 0
 
 

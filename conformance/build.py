@@ -24,7 +24,7 @@ import random
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -228,7 +228,9 @@ def legacy(job: Dict[str, Any], transformers: Any, torch: Any) -> Dict[str, Any]
     tied = {"lm_head.weight"} if model.config.tie_word_embeddings else set()
     missing = [m for m in missing if m not in tied]
     if missing or unexpected:
-        return {"error": f"the author's weights do not fit transformers {transformers.__version__}'s class: missing {missing[:3]}, unexpected {unexpected[:3]}"}
+        return {
+            "error": f"the author's weights do not fit transformers {transformers.__version__}'s class: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        }
     save(model, tokenizer, out, torch)
     ids = json.loads((Path(job["source"]) / "record.json").read_text())["prompt"]
     tokens, gap = greedy(reload(transformers, torch, case["architecture"], out), ids, torch)

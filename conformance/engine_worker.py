@@ -88,16 +88,38 @@ def _cli() -> Tuple[Callable[[], Any], Callable[[Callable[[Any], None]], None]]:
     raise RuntimeError("this vLLM has no CLI this worker knows")
 
 
+def build_engine(args: Any) -> Any:
+    """The engine `vllm serve` would build from `args`, as its server does: vLLM 0.5.x's engine
+    from the engine arguments; on V1 engines the config first, and, like 0.11's server
+    (`assert envs.VLLM_USE_V1` after the config), no V0 engine when the config fell back to it."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    engine_args = EngineArgs.from_cli_args(args)
+    try:
+        from vllm.v1.engine.llm_engine import LLMEngine as V1Engine
+    except ImportError:  # vLLM 0.5.x
+        from vllm.engine.llm_engine import LLMEngine
+
+        return LLMEngine.from_engine_args(engine_args)
+    import vllm.envs as envs
+    from vllm.usage.usage_lib import UsageContext
+
+    config = engine_args.create_engine_config(UsageContext.OPENAI_API_SERVER)
+    if "VLLM_USE_V1" in dir(envs) and not envs.VLLM_USE_V1:
+        raise RuntimeError(
+            "the config fell back to the V0 engine, which `vllm serve` of this version does not run (assert envs.VLLM_USE_V1)"
+        )
+    return V1Engine.from_vllm_config(config, UsageContext.OPENAI_API_SERVER)
+
+
 def answer(args: Any, prompt: List[int], count: int) -> List[int]:
     """Build the engine from `vllm serve`'s parsed arguments, then one greedy request."""
     from vllm import SamplingParams
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.engine.llm_engine import LLMEngine
 
     if getattr(args, "model_tag", None):
         args.model = args.model_tag
     try:
-        engine = LLMEngine.from_engine_args(EngineArgs.from_cli_args(args))
+        engine = build_engine(args)
     except BaseException as exc:  # noqa: B902 - SystemExit included: the start failed
         raise Refused(f"{type(exc).__name__}: {exc}") from exc
     print("conformance: engine ready", flush=True)
@@ -150,6 +172,8 @@ def run_cell(cell: Dict[str, Any], fd: int, fresh: bool, summary: Dict[str, Any]
     model_dir, user_args = cell["model"], list(cell["args"])
     plan = _planned(model_dir, user_args, os.environ)
     patched = plan is not None and any(r.engine_patch is not None and r.verified for r in plan.repairs)
+    if patched:
+        summary["patched"] = [r.engine_patch[0] for r in plan.repairs if r.engine_patch is not None and r.verified]
     if patched and not fresh:
         path = Path(cell["log"]).with_suffix(".cell.json")
         path.write_text(json.dumps(cell))
@@ -215,10 +239,26 @@ def _child(cell: Dict[str, Any], fd: int, fresh: bool) -> None:
         result = {"outcome": "error", "error": f"{type(exc).__name__}: {exc}"[-2000:]}
     result["seconds"] = round(time.monotonic() - start, 2)
     result["plan"] = summary
+    if fresh:
+        restore(summary.get("patched", ()))
     sys.stdout.flush()
     sys.stderr.flush()
     os.write(fd, json.dumps(result).encode())
     os.close(fd)
+
+
+def restore(modules: Any) -> None:
+    """Put the engine's files a cell's plan patched (H1's start-time edit) back as they were:
+    the image patches its own copy at every start; the engine venv here is shared by every
+    cell and test after this one."""
+    from common.patching import BACKUP_SUFFIX, module_file
+
+    for module in modules:
+        path = module_file(module)
+        backup = path + BACKUP_SUFFIX
+        if os.path.exists(backup):
+            os.replace(backup, path)
+            print(f"conformance: {path} restored from its backup", flush=True)
 
 
 def _forked(cell: Dict[str, Any], timeout: float) -> Dict[str, Any]:

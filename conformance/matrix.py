@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -20,12 +21,14 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from common.triage import triage_file
+from common.config_traits import config_traits
+from common.triage import scan, signatures, triage_file
+from common.vllm_args import UserArgs
 from tests.engine import COMMON_ENV
 
-from .cases import ENGINES, PLATFORM_ARGS, ROOT, Engine, load_cases
+from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, load_cases
 from .models import ensure, model_dir, record
 
 RESULTS = Path(__file__).resolve().parent / "results.json"
@@ -61,6 +64,7 @@ def plan_cells(engine: Engine, cases: Sequence[Dict[str, Any]], work: Path) -> L
                     {
                         "id": cid,
                         "card": card,
+                        "saver": saver,
                         "model": env["MODEL_DIR"],
                         "args": list(PLATFORM_ARGS) + list(engine.serve_args),
                         "prompt": rec["prompt"],
@@ -72,7 +76,9 @@ def plan_cells(engine: Engine, cases: Sequence[Dict[str, Any]], work: Path) -> L
     return cells
 
 
-def run_engine(engine: Engine, cells: List[Dict[str, Any]], work: Path, progress: Any, core: Optional[int] = None) -> Dict[str, Dict[str, Any]]:
+def run_engine(
+    engine: Engine, cells: List[Dict[str, Any]], work: Path, progress: Any, core: Optional[int] = None
+) -> Dict[str, Dict[str, Any]]:
     """The worker's result of every cell, by id. `core`: the one CPU this worker's engines use
     (workers side by side each get their own; the engines' OpenMP threads spin, and two of them
     on one core slow both several times over)."""
@@ -85,11 +91,13 @@ def run_engine(engine: Engine, cells: List[Dict[str, Any]], work: Path, progress
     for key in ("PYTHONPATH", "VIRTUAL_ENV", "COMPAT_ENGINE_PYTHON"):
         env.pop(key, None)
     with open(work / f"worker-{engine.vllm}.log", "w") as log:
-        proc = subprocess.Popen([str(engine.python), "-m", WORKER, str(spec), str(out)], cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+        proc = subprocess.Popen(
+            [str(engine.python), "-m", WORKER, str(spec), str(out)], cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=log, text=True
+        )
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith("conformance: "):
-                progress(f"vLLM {engine.vllm}: {line[len('conformance: '):].strip()}")
+                progress(f"vLLM {engine.vllm}: {line[len('conformance: ') :].strip()}")
         proc.wait()
     results = {}
     if out.exists():
@@ -97,8 +105,37 @@ def run_engine(engine: Engine, cells: List[Dict[str, Any]], work: Path, progress
             result = json.loads(line)
             results[result["id"]] = result
     for cell in cells:  # a worker that died takes its remaining cells with it: say so per cell
-        results.setdefault(cell["id"], {"id": cell["id"], "outcome": "error", "error": f"the vLLM {engine.vllm} worker ended first (exit {proc.returncode})"})
+        results.setdefault(
+            cell["id"],
+            {"id": cell["id"], "outcome": "error", "error": f"the vLLM {engine.vllm} worker ended first (exit {proc.returncode})"},
+        )
     return results
+
+
+def cause(error: str, log: Path, card: str) -> Tuple[Optional[str], Optional[str]]:
+    """(triage's code, the line that says why) for a cell that did not answer: from the exception
+    the engine raised, else from its whole log (where the reason may come before the refusal: a
+    failed model inspection's own error, 0.11's fallback from its V1 engine for windows on the CPU)."""
+    hit = scan([error.encode("utf-8", errors="replace")], signatures())
+    if hit is None and log.exists():
+        verdict = triage_file(str(log), card)
+        if verdict.code not in (None, "unknown"):
+            return verdict.code, verdict.evidence
+    if hit is not None:
+        return hit[0].code, hit[1]
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    # pydantic puts the reason on its second line ("Value error, ..."); others on the first.
+    line = next((x for x in lines if x.startswith("Value error,")), lines[0] if lines else None)
+    return None, line
+
+
+LOG_PREFIX = re.compile(r"\((?:\w+) pid=\d+\)\s*|(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\]\s*")
+PATHS = re.compile(r"/\S*?site-packages/|" + re.escape(str(ROOT)) + "/")
+
+
+def quoted(line: Optional[str]) -> Optional[str]:
+    """A log line fit for results.json: no process ids, times or paths of this machine."""
+    return PATHS.sub("", LOG_PREFIX.sub("", line)).strip()[:200] if line else None
 
 
 def classify(result: Dict[str, Any], reference: List[int], log: Path, card: str) -> Dict[str, Any]:
@@ -107,15 +144,24 @@ def classify(result: Dict[str, Any], reference: List[int], log: Path, card: str)
     if outcome == "answered":
         return {"result": "exact" if result.get("tokens") == reference else "differs", "code": None}
     if outcome in ("refused", "crashed"):
-        code = triage_file(str(log), card).code if log.exists() else None
-        return {"result": outcome, "code": code if code != "unknown" else None}
-    return {"result": "error", "code": None}
+        code, why = cause(result.get("error") or "", log, card)
+        out = {"result": outcome, "code": code, "cause": quoted(why)}
+        if result.get("signal"):
+            out["signal"] = result["signal"]
+        return out
+    return {"result": "error", "code": None, "cause": quoted(result.get("error"))}
+
+
+def max_model_len_of(args: List[str]) -> Optional[str]:
+    return UserArgs(args).value("--max-model-len")
 
 
 def first_difference(got: Optional[List[int]], want: List[int]) -> Optional[int]:
     if got is None:
         return None
-    return next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None if len(got) == len(want) else min(len(got), len(want)))
+    return next(
+        (i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), None if len(got) == len(want) else min(len(got), len(want))
+    )
 
 
 def doctor_verdicts(card: str, models: List[str], progress: Any) -> Dict[str, str]:
@@ -131,37 +177,30 @@ def doctor_verdicts(card: str, models: List[str], progress: Any) -> Dict[str, st
     except (ValueError, KeyError):
         progress(f"doctor on {card} gave no table: {proc.stderr[-500:]}")
         return {}
-    return {row["model"]: row["verdict"] for row in rows}
+    return {row["model"]: row["verdict"] for row in rows if row["card"] == card}
 
 
-def run(
-    case_names: Optional[Iterable[str]] = None,
-    engine_names: Optional[Iterable[str]] = None,
+def run_cells(
+    cases: Sequence[Dict[str, Any]],
+    engines: Sequence[Engine],
     jobs: int = 2,
     keep: bool = False,
     progress: Any = None,
-) -> Dict[str, Any]:
-    """Run the chosen cells (every one by default), merge them into results.json, return it."""
-    progress = progress or (lambda text: print(text, file=sys.stderr, flush=True))
-    cases = load_cases()
-    if case_names:
-        wanted = set(case_names)
-        unknown = wanted - {c["name"] for c in cases}
-        if unknown:
-            raise SystemExit(f"conformance: no case named {', '.join(sorted(unknown))}")
-        cases = [c for c in cases if c["name"] in wanted]
-    engines = [ENGINES[v] for v in (engine_names or ENGINES)]
+    only: Optional[Any] = None,
+) -> List[Dict[str, Any]]:
+    """Run the cells of `cases` on `engines` (those `only(cell)` keeps, when given) and return
+    them classified, each with its model directory (`model`). Writes nothing but logs."""
+    progress = progress or _stderr
     missing = [e for e in engines if not e.available()]
     if missing:
         raise SystemExit("conformance: missing engine venvs: " + ", ".join(f"{e.venv} (make {e.make_target})" for e in missing))
-    started = time.monotonic()
-    progress(f"conformance: making {len(cases)} case models")
     ensure(cases, sorted({s for e in engines for s in e.savers}))
     work = Path(tempfile.mkdtemp(prefix="conformance-"))
     try:
-        planned = {e.vllm: plan_cells(e, cases, work) for e in engines}
-        progress(f"conformance: {sum(len(c) for c in planned.values())} cells on {len(engines)} engines, {jobs} side by side")
-        cores: "queue.Queue[int]" = queue.Queue()
+        planned = {e.vllm: [c for c in plan_cells(e, cases, work) if only is None or only(c)] for e in engines}
+        planned = {v: cells for v, cells in planned.items() if cells}
+        progress(f"conformance: {sum(len(c) for c in planned.values())} cells on {len(planned)} engines, {jobs} side by side")
+        cores: queue.Queue[int] = queue.Queue()
         for core in range(jobs):
             cores.put(core)
 
@@ -177,19 +216,7 @@ def run(
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             futures = {v: pool.submit(on_a_core, v) for v in order}
             outcomes = {v: f.result() for v, f in futures.items()}
-        cells_run = collect(cases, planned, outcomes, work)
-        elapsed = time.monotonic() - started
-        by_card: Dict[str, List[str]] = {}
-        for cell in cells_run:
-            by_card.setdefault(cell["card"], []).append(cell["model"])
-        progress("conformance: doctor on every model and card")
-        verdicts = {card: doctor_verdicts(card, sorted(set(models)), progress) for card, models in by_card.items()}
-        for cell in cells_run:
-            cell["doctor"] = verdicts.get(cell["card"], {}).get(cell.pop("model"))
-        results = merge(cells_run, engines)
-        results["last_run"] = {"cells": len(cells_run), "seconds": round(elapsed, 1), "jobs": jobs}
-        RESULTS.write_text(json.dumps(results, indent=1, sort_keys=False) + "\n")
-        return results
+        return collect(cases, planned, outcomes, work)
     finally:
         if keep:
             progress(f"conformance: logs kept in {work}")
@@ -197,7 +224,80 @@ def run(
             shutil.rmtree(work, ignore_errors=True)
 
 
-def collect(cases: Sequence[Dict[str, Any]], planned: Dict[str, List[Dict[str, Any]]], outcomes: Dict[str, Dict[str, Dict[str, Any]]], work: Path) -> List[Dict[str, Any]]:
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def select_cases(case_names: Optional[Iterable[str]] = None) -> List[Dict[str, Any]]:
+    cases = load_cases()
+    if not case_names:
+        return cases
+    wanted = set(case_names)
+    unknown = wanted - {c["name"] for c in cases}
+    if unknown:
+        raise SystemExit(f"conformance: no case named {', '.join(sorted(unknown))}")
+    return [c for c in cases if c["name"] in wanted]
+
+
+def run(
+    case_names: Optional[Iterable[str]] = None,
+    engine_names: Optional[Iterable[str]] = None,
+    jobs: int = 2,
+    keep: bool = False,
+    progress: Any = None,
+) -> Dict[str, Any]:
+    """Run the chosen cells (every one by default), merge them into results.json, bake the cells
+    doctor reads, let doctor judge every model on every card, and write the README table."""
+    from .report import write_readme
+
+    progress = progress or _stderr
+    started = time.monotonic()
+    engines = [ENGINES[v] for v in (engine_names or ENGINES)]
+    cells_run = run_cells(select_cases(case_names), engines, jobs, keep, progress)
+    elapsed = time.monotonic() - started
+    results = merge(cells_run, engines)
+    results["last_run"] = {"cells": len(cells_run), "seconds": round(elapsed, 1), "jobs": jobs}
+    judge_all(results, progress)
+    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    write_readme(results)
+    return results
+
+
+def judge_all(results: Dict[str, Any], progress: Any) -> None:
+    """Every cell's traits read again from its saved config (config_traits may have learned a
+    trait since it ran), the cells doctor reads baked from them, then doctor's verdict on every
+    cell's model and card."""
+    from .report import write_baked
+
+    cases = {c["name"]: c for c in load_cases()}
+    ensure(list(cases.values()), sorted({s for e in ENGINES.values() for s in e.savers}))
+    # Which transformers saved each case (or why one could not): what the cells must cover.
+    results["models"] = {
+        name: {
+            s: record(case, s).get("transformers") if not record(case, s).get("error") else f"no save: {record(case, s)['error'][:120]}"
+            for s in SAVERS
+        }
+        for name, case in cases.items()
+    }
+    by_card: Dict[str, Dict[str, List[Dict[str, Any]]]] = {}
+    args = {e.vllm: list(PLATFORM_ARGS) + list(e.serve_args) for e in ENGINES.values()}
+    for cell in results["cells"]:
+        saver = next(s for s in SAVERS.values() if record(cases[cell["variant"]], s.name).get("transformers") == cell["saved_by"])
+        model = str(model_dir(cases[cell["variant"]], saver.name) / "model")
+        cell["traits"] = config_traits(json.loads((Path(model) / "config.json").read_text()), max_model_len_of(args[cell["vllm"]]))
+        by_card.setdefault(cell["card"], {}).setdefault(model, []).append(cell)
+    write_baked(results)
+    progress("conformance: doctor on every model and card")
+    for card, models in by_card.items():
+        verdicts = doctor_verdicts(card, sorted(models), progress)
+        for model, cells in models.items():
+            for cell in cells:
+                cell["doctor"] = verdicts.get(model)
+
+
+def collect(
+    cases: Sequence[Dict[str, Any]], planned: Dict[str, List[Dict[str, Any]]], outcomes: Dict[str, Dict[str, Dict[str, Any]]], work: Path
+) -> List[Dict[str, Any]]:
     by_name = {c["name"]: c for c in cases}
     out = []
     for vllm, cells in planned.items():
@@ -205,25 +305,39 @@ def collect(cases: Sequence[Dict[str, Any]], planned: Dict[str, List[Dict[str, A
             name, saver, card = cell["id"].split("|")
             case = by_name[name]
             rec = record(case, saver)
+            # The reference is the author's (transformers 5) for every save of the case: the
+            # same weights, whoever saved them.
+            reference = record(case, AUTHOR.name)["reference"]
             result = outcomes[vllm][cell["id"]]
             row = {
+                "id": cell["id"],
                 "architecture": case["architecture"],
                 "variant": name,
                 "card": card,
                 "vllm": vllm,
                 "saved_by": rec["transformers"],
             }
-            row.update(classify(result, rec["reference"], Path(cell["log"]), card))
+            row.update(classify(result, reference, Path(cell["log"]), card))
+            if rec["reference"] != reference:
+                # This transformers computes the same weights otherwise (its YaRN, say): noted, and
+                # the engine is held to the author's.
+                row["saver_disagrees_with_author"] = True
             row["repairs"] = (result.get("plan") or {}).get("repairs") or []
             if row["result"] == "differs":
-                row["first_difference"] = first_difference(result.get("tokens"), rec["reference"])
-            if result.get("error"):
-                row["error"] = result["error"][-300:]
+                row["first_difference"] = first_difference(result.get("tokens"), reference)
             if result.get("same_start_as"):
                 row["same_start_as"] = result["same_start_as"]
             row["seconds"] = result.get("seconds")
+            row["traits"] = config_traits(json.loads((Path(cell["model"]) / "config.json").read_text()), max_model_len_of(cell["args"]))
             row["model"] = cell["model"]
             out.append(row)
+    # A cell that made the very same start as another (its log holds only the plan) has that
+    # cell's cause too.
+    by_id = {row.pop("id"): row for row in out}
+    for row in out:
+        same = by_id.get(row.get("same_start_as", ""))
+        if same is not None:
+            row.update({k: same[k] for k in ("code", "cause", "signal") if k in same})
     return out
 
 
@@ -231,6 +345,7 @@ def merge(cells: List[Dict[str, Any]], engines: Sequence[Engine]) -> Dict[str, A
     """results.json with `cells` replacing the cells of the same case, saver and card."""
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"cells": []}
     key = lambda c: (c["variant"], c["saved_by"], c["card"])  # noqa: E731
+    cells = [{k: v for k, v in c.items() if k != "model"} for c in cells]  # a path of this machine's cache
     fresh = {key(c) for c in cells}
     kept = [c for c in old.get("cells", []) if key(c) not in fresh]
     names = [c["name"] for c in load_cases()]
@@ -238,5 +353,9 @@ def merge(cells: List[Dict[str, Any]], engines: Sequence[Engine]) -> Dict[str, A
     merged = sorted(kept + cells, key=lambda c: (order.get(c["variant"], len(order)), c["card"], c["saved_by"]))
     engines_seen = dict(old.get("engines", {}))
     for engine in engines:
-        engines_seen[engine.vllm] = {"cards": list(engine.cards), "savers": list(engine.savers), "serve_args": list(PLATFORM_ARGS) + list(engine.serve_args)}
+        engines_seen[engine.vllm] = {
+            "cards": list(engine.cards),
+            "savers": list(engine.savers),
+            "serve_args": list(PLATFORM_ARGS) + list(engine.serve_args),
+        }
     return {"engines": engines_seen, "cells": merged}

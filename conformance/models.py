@@ -12,7 +12,10 @@ from typing import Any, Dict, List, Sequence
 
 from .cases import AUTHOR, ROOT, SAVERS, case_key
 
-CACHE = Path(os.environ.get("COMPAT_CONFORMANCE_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "enginex-compat" / "conformance")
+CACHE = Path(
+    os.environ.get("COMPAT_CONFORMANCE_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "enginex-compat" / "conformance"
+)
 
 
 def model_dir(case: Dict[str, Any], saver: str) -> Path:
@@ -33,7 +36,9 @@ def _run(saver: str, jobs: List[Dict[str, Any]], log: Any) -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump({"saver": "v5" if saver == AUTHOR.name else "legacy", "jobs": jobs}, fh)
     try:
-        subprocess.run([str(python), "-m", "conformance.build", fh.name], cwd=str(ROOT), env=env, check=True, stdout=log, stderr=subprocess.STDOUT)
+        subprocess.run(
+            [str(python), "-m", "conformance.build", fh.name], cwd=str(ROOT), env=env, check=True, stdout=log, stderr=subprocess.STDOUT
+        )
     finally:
         os.unlink(fh.name)
 

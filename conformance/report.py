@@ -58,14 +58,25 @@ def table(results: Dict[str, Any]) -> str:
         row = by_case.get(case["name"], {})
         cells = [_cell_text(row.get(card, [])) for card, _ in columns]
         lines.append(f"| {case['name']} | {case['architecture']} | {case['like']} | " + " | ".join(cells) + " |")
-    lines += ["", "| card | vLLM | architectures | exact for some saver | " + " | ".join(RESULTS_ORDER) + " |", "|---|---|---|---|" + "---|" * len(RESULTS_ORDER)]
+    lines += [
+        "",
+        "| card | vLLM | architectures | exact for some saver | " + " | ".join(RESULTS_ORDER) + " |",
+        "|---|---|---|---|" + "---|" * len(RESULTS_ORDER),
+    ]
     for card, vllm in columns:
         t = totals(results).get(card)
         if t:
-            lines.append(f"| {card} | {vllm} | {t['architectures']} | {t['architectures_exact']} | " + " | ".join(str(t.get(r, 0)) for r in RESULTS_ORDER) + " |")
+            lines.append(
+                f"| {card} | {vllm} | {t['architectures']} | {t['architectures_exact']} | "
+                + " | ".join(str(t.get(r, 0)) for r in RESULTS_ORDER)
+                + " |"
+            )
     last = results.get("last_run")
     if last:
-        lines += ["", f"Last full or partial run: {last['cells']} cells in {last['seconds']} s ({last['jobs']} engine workers side by side)."]
+        lines += [
+            "",
+            f"Last full or partial run: {last['cells']} cells in {last['seconds']} s ({last['jobs']} engine workers side by side).",
+        ]
     return "\n".join(lines)
 
 
@@ -74,6 +85,54 @@ def write_readme(results: Dict[str, Any]) -> None:
     block = f"{BEGIN}\n{table(results)}\n{END}"
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
     README.write_text(pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n")
+
+
+CELLS = Path(__file__).resolve().parents[1] / "common" / "conformance_cells.json"
+# What doctor needs of a cell (common/conformance_cells.py).
+BAKED = ("architecture", "variant", "saved_by", "traits", "result", "code", "cause", "signal", "first_difference")
+
+
+def baked(results: Dict[str, Any]) -> Dict[str, Any]:
+    """common/conformance_cells.json: per card, its engine and every cell doctor can match."""
+    cards_out: Dict[str, Any] = {}
+    for cell in results["cells"]:
+        entry = cards_out.setdefault(cell["card"], {"vllm": cell["vllm"], "cells": []})
+        row = {k: cell[k] for k in BAKED if cell.get(k) is not None}
+        row["saver"] = "v5" if str(cell["saved_by"]).split(".")[0] >= "5" else "legacy"
+        entry["cells"].append(row)
+    return {"source": "conformance/results.json (make conformance)", "cards": dict(sorted(cards_out.items()))}
+
+
+def c1_scope(results: Dict[str, Any]) -> Dict[str, List[str]]:
+    """What common/rules/__init__.py's C1_ARCHITECTURES must hold for these results."""
+    from common.rules.c1_conformance import acts_on
+
+    scope: Dict[str, set] = {}
+    for cell in baked(results)["cards"].items():
+        card, data = cell
+        archs = {c["architecture"] for c in data["cells"] if acts_on(c)}
+        if archs:
+            scope[card] = archs
+    return {card: sorted(a) for card, a in sorted(scope.items())}
+
+
+def scope_note(results: Dict[str, Any]) -> str:
+    """ "" when the registry's C1 scope is these results', else what to write there."""
+    from common.rules import C1_ARCHITECTURES
+
+    want = c1_scope(results)
+    if {k: sorted(v) for k, v in C1_ARCHITECTURES.items()} == want:
+        return ""
+    body = "".join(f'    "{card}": (\n' + "".join(f'        "{a}",\n' for a in archs) + "    ),\n" for card, archs in want.items())
+    return (
+        "conformance: C1's scope changed; set C1_ARCHITECTURES in common/rules/__init__.py to\n{\n"
+        + body
+        + "}\nthen `python -m conformance judge`"
+    )
+
+
+def write_baked(results: Dict[str, Any]) -> None:
+    CELLS.write_text(json.dumps(baked(results), indent=1, sort_keys=True) + "\n")
 
 
 def load(path: Path) -> Dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import (
     adapter_only,
     config_support,
+    ctx_context_length,
     h1_head_size,
     h2_null_head_dim,
     quantization,
@@ -25,7 +26,7 @@ from .base import Context, Outcome, Rule, Scoped
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
-    from typing import Tuple
+    from typing import Dict, Tuple
 
 # The scopes of the scoped rules: what each rule's own tables can act on (test_codes.py holds
 # them to those tables). R6: transformers 5's nested processor file; R7: the architectures whose
@@ -51,6 +52,76 @@ R8_MODEL_TYPES = (
 R9_MODEL_TYPES = ("aya_vision", "gemma3", "llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma")
 # R10: the architectures the runtime package ships a backport of (vllm_plugin/compat_backports).
 R10_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+# C1: per card, the architectures with a conformance cell C1 speaks for (conformance_cells.json:
+# a cell that differs, or did not answer for a reason no other rule names; a test holds this
+# table to that file, `make conformance` prints it when they part).
+C1_ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
+    "hygon-k100": (
+        "BloomForCausalLM",
+        "Cohere2ForCausalLM",
+        "DbrxForCausalLM",
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "Exaone4ForCausalLM",
+        "Gemma2ForCausalLM",
+        "Gemma3ForCausalLM",
+        "GptOssForCausalLM",
+        "HunYuanDenseV1ForCausalLM",
+        "Llama4ForCausalLM",
+        "MinistralForCausalLM",
+        "MistralForCausalLM",
+        "MptForCausalLM",
+        "Olmo3ForCausalLM",
+        "Phi3ForCausalLM",
+        "Qwen3NextForCausalLM",
+        "StableLmForCausalLM",
+        "Starcoder2ForCausalLM",
+    ),
+    "iluvatar-bi100": (
+        "DbrxForCausalLM",
+        "DeepseekV2ForCausalLM",
+        "Gemma2ForCausalLM",
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "MixtralForCausalLM",
+        "Phi3ForCausalLM",
+        "Qwen2MoeForCausalLM",
+        "StableLmForCausalLM",
+        "Starcoder2ForCausalLM",
+    ),
+    "nv-a100": (
+        "BloomForCausalLM",
+        "Cohere2ForCausalLM",
+        "DbrxForCausalLM",
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "Exaone4ForCausalLM",
+        "Gemma2ForCausalLM",
+        "Gemma3ForCausalLM",
+        "GptOssForCausalLM",
+        "HunYuanDenseV1ForCausalLM",
+        "Llama4ForCausalLM",
+        "MinistralForCausalLM",
+        "MistralForCausalLM",
+        "MptForCausalLM",
+        "Olmo3ForCausalLM",
+        "Phi3ForCausalLM",
+        "Qwen3NextForCausalLM",
+        "StableLmForCausalLM",
+        "Starcoder2ForCausalLM",
+    ),
+    "nv-a100@next": (
+        "Cohere2ForCausalLM",
+        "DbrxForCausalLM",
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "MptForCausalLM",
+        "PhimoeForCausalLM",
+        "Qwen3NextForCausalLM",
+        "Qwen3_5ForCausalLM",
+        "StableLmForCausalLM",
+    ),
+}
 
 REGISTRY: Tuple[Rule, ...] = (
     # Checks first: what no repair fixes.
@@ -71,9 +142,13 @@ REGISTRY: Tuple[Rule, ...] = (
     r5_config_format.RULE,
     h1_head_size.RULE,
     h2_null_head_dim.RULE,
+    ctx_context_length.RULE,
     Scoped("r7_vendor_module_shim", "R7", architectures=R7_ARCHITECTURES),
     Scoped("r8_fused_experts", "R8", model_types=R8_MODEL_TYPES),
     Scoped("r9_vision_tower_names", "R9", model_types=R9_MODEL_TYPES),
+    # Last: what the engine computes once it started, for the configurations the matrix found
+    # wrong or could not prove.
+    Scoped("c1_conformance", "C1", card_architectures=C1_ARCHITECTURES),
 )
 
 

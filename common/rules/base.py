@@ -58,10 +58,18 @@ class Scoped:
     own tables); the rule's other attributes are the rule's own."""
 
     def __init__(
-        self, module: str, code: str, files: Tuple[str, ...] = (), model_types: Tuple[str, ...] = (), architectures: Tuple[str, ...] = ()
+        self,
+        module: str,
+        code: str,
+        files: Tuple[str, ...] = (),
+        model_types: Tuple[str, ...] = (),
+        architectures: Tuple[str, ...] = (),
+        card_architectures: Optional[Mapping[str, Tuple[str, ...]]] = None,
     ) -> None:
         self.module, self.code = module, code
         self.files, self.model_types, self.architectures = files, frozenset(model_types), frozenset(architectures)
+        # card -> architectures: a scope that depends on the card's engine (C1's cells).
+        self.card_architectures = {card: frozenset(a) for card, a in (card_architectures or {}).items()}
         self._rule: Optional[Rule] = None
 
     @property
@@ -81,7 +89,8 @@ class Scoped:
         model_type = config.get("model_type")
         if isinstance(model_type, str) and model_type in self.model_types:
             return True
-        return bool(self.architectures.intersection(a for a in ctx.facts.get("architectures") or () if isinstance(a, str)))
+        mine = self.architectures | self.card_architectures.get(ctx.profile.card, frozenset())
+        return bool(mine.intersection(a for a in ctx.facts.get("architectures") or () if isinstance(a, str)))
 
     def check(self, ctx: Context) -> Outcome:
         return self.rule.check(ctx) if self.in_scope(ctx) else Outcome()

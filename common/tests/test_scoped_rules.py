@@ -6,7 +6,9 @@ import subprocess
 import sys
 
 from common.processor_files import PROCESSOR_CONFIG
-from common.rules import R6_FILES, R7_ARCHITECTURES, R8_MODEL_TYPES, R9_MODEL_TYPES, R10_ARCHITECTURES, REGISTRY, Scoped
+from common.conformance_cells import table
+from common.rules.c1_conformance import acts_on
+from common.rules import C1_ARCHITECTURES, R6_FILES, R7_ARCHITECTURES, R8_MODEL_TYPES, R9_MODEL_TYPES, R10_ARCHITECTURES, REGISTRY, Scoped
 from common.rules.r7_vendor_module_shim import SHIMMED_MODULES
 from common.vllm_plugin.compat_backports import BACKPORTS
 from common.vllm_plugin.compat_fused_experts import MODEL_TYPES as FUSED_TYPES
@@ -21,6 +23,9 @@ NOT_ON_THE_CLEAN_PATH = (
     "common.rules.r8_fused_experts",
     "common.rules.r9_vision_tower_names",
     "common.rules.r10_backport",
+    "common.rules.c1_conformance",
+    "common.conformance_cells",
+    "common.config_traits",
     "common.rules.weights_plugin",
     "common.safetensors_header",
     "common.patching",
@@ -38,10 +43,14 @@ def test_each_scope_holds_what_its_rules_tables_can_act_on():
     assert set(R8_MODEL_TYPES) == set(FUSED_TYPES)
     assert set(R9_MODEL_TYPES) == set(FLAT_TOWER_TYPES)
     assert set(R10_ARCHITECTURES) == set(BACKPORTS)
+    # C1's scope on each card: the architectures of the cells it speaks for there.
+    speaks = {card: sorted({c["architecture"] for c in data["cells"] if acts_on(c)}) for card, data in table()["cards"].items()}
+    assert {card: sorted(archs) for card, archs in C1_ARCHITECTURES.items()} == {card: a for card, a in speaks.items() if a}
     scoped = {entry.code: entry for entry in REGISTRY if isinstance(entry, Scoped)}
-    assert sorted(scoped) == ["R10", "R6", "R7", "R8", "R9"]
+    assert sorted(scoped) == ["C1", "R10", "R6", "R7", "R8", "R9"]
     for entry in scoped.values():
-        assert entry.rule.code == entry.code and entry.title == entry.rule.title and entry.log_signatures
+        # A check with no log of its own (C1: a wrong answer logs nothing) has no signature.
+        assert entry.rule.code == entry.code and entry.title == entry.rule.title and (entry.log_signatures or entry.kind == "runtime check")
 
 
 def test_a_clean_start_imports_no_scoped_rule(tmp_path, models):

@@ -51,6 +51,9 @@ def profile_json(card: Dict[str, Any], snap: Dict[str, Any]) -> Dict[str, Any]:
             "weights_iterator_hook": snap["weights_iterator_hook"],
             # The layer API the backports (R10) call, read from its source; None: no vLLM to ask.
             "layer_api": snap.get("layer_api"),
+            # How it derives the longest context a model may be served with (--max-model-len),
+            # read from its source; None: no vLLM to ask.
+            "max_model_len": snap.get("max_model_len"),
             "tokenizer_classes": snap["tokenizer_classes"],
             "tokenizer_model_types": snap["tokenizer_model_types"],
             "model_type_architectures": snap["model_type_architectures"],
