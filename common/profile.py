@@ -59,6 +59,10 @@ class Profile:
         # iterator (DefaultModelLoader._get_weights_iterator) R8's plugin wraps.
         self.general_plugins: Optional[bool] = engine.get("general_plugins")
         self.weights_iterator_hook: Optional[bool] = engine.get("weights_iterator_hook")
+        # Whether the engine is a CPU build (its version says so), and whether its fused MoE
+        # layer has a CPU path (R11). None: unknown.
+        self.cpu_build: Optional[bool] = engine.get("cpu_build")
+        self.fused_moe_cpu: Optional[bool] = engine.get("fused_moe_cpu")
         # The engine API the backports (R10) call: "file:Class[.method]" -> its parameter names,
         # read from the engine's source (compat_build/snapshot_engine.py). None: not recorded.
         raw_api = engine.get("layer_api")

@@ -461,6 +461,33 @@ def weights_iterator_hook() -> Optional[bool]:
     return False
 
 
+def cpu_build() -> Optional[bool]:
+    """Whether this vLLM is a CPU build: its distribution version says so (0.5.5+cpu, as vLLM
+    itself decides in is_cpu()). None: no vLLM."""
+    version = _dist_version("vllm")
+    return None if not version else "cpu" in version
+
+
+def fused_moe_cpu() -> Optional[bool]:
+    """Whether the fused MoE layer's unquantized method has a CPU path: False when its
+    `forward_cpu` only raises (vLLM 0.5.5), read from the syntax tree. None: no such layer file."""
+    import ast
+
+    try:
+        with open(_vllm_file("model_executor", "layers", "fused_moe", "layer.py"), encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "UnquantizedFusedMoEMethod":
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "forward_cpu":
+                    body = [s for s in item.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+                    return not (len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.dump(body[0]))
+            return True  # no forward_cpu of its own: the base class's path (later engines) runs
+    return None
+
+
 # Where vLLM keeps `_get_and_verify_max_len` and ModelConfig: 0.6+ (config/model.py), then 0.5.x.
 MAX_LEN_FILES = (("config", "model.py"), ("config.py",))
 
@@ -605,6 +632,7 @@ LAYER_API = (
     "model_executor/models/utils.py:is_pp_missing_parameter",
     "model_executor/models/__init__.py:ModelRegistry.register_model",
     "model_executor/model_loader/loader.py:build_model",
+    "distributed/communication_op.py:tensor_model_parallel_all_gather",
 )
 
 
@@ -640,6 +668,8 @@ def snapshot(vllm_source: str = "") -> Dict[str, Any]:
         "weights_iterator_hook": weights_iterator_hook(),
         "layer_api": layer_api(),
         "max_model_len": max_model_len_rules(),
+        "cpu_build": cpu_build(),
+        "fused_moe_cpu": fused_moe_cpu(),
     }
     data.update(transformers_tables())
     # Last: importing vLLM's config module registers its config classes with transformers'

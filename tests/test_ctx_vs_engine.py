@@ -1,6 +1,6 @@
 """CTX against the real engines: doctor's arithmetic of the longest context vLLM derives for a model
 (profile facts read from each engine's source) agrees with what the engine's own ModelConfig does
-with the same config.json and --max-model-len, on vLLM 0.5.5 and 0.11.0.
+with the same config.json and --max-model-len, on vLLM 0.5.5, 0.11.0 and 0.32.0.
 
 Each engine judges every (config, --max-model-len) pair in one process (tests/engine_max_len.py:
 the engine's EngineArgs(...).create_model_config(), which refuses exactly as `vllm serve` does);
@@ -17,7 +17,7 @@ from typing import Dict, List, Tuple
 import pytest
 
 from common.rules.ctx_context_length import RULE
-from tests.engine import ENGINE_055, ENGINE_0110, ROOT
+from tests.engine import ENGINE_055, ENGINE_0110, ENGINE_NEXT, ROOT
 
 pytestmark = pytest.mark.e2e
 
@@ -72,7 +72,7 @@ CASES: List[Tuple[str, Dict, List[int]]] = [
     ("llama3-rope", LLAMA3, [131072, 131073]),
     ("model-max-length", MODEL_MAX, [8192, 16384, 16385]),
 ]
-ENGINES = {"iluvatar-bi100": ENGINE_055, "nv-a100": ENGINE_0110}
+ENGINES = {"iluvatar-bi100": ENGINE_055, "nv-a100": ENGINE_0110, "nv-a100@next": ENGINE_NEXT}
 PROBE = Path(__file__).with_name("engine_max_len.py")
 
 
@@ -129,7 +129,7 @@ def test_doctor_predicts_which_max_model_lens_the_engine_refuses(models, card):
             # The largest length that starts is the largest the engine's own refusal names.
             named = [float(v) for v in re.findall(r"=(\d+(?:\.\d+)?)", answer["refused"])]
             assert f"--max-model-len {int(max(named))}" in finding["message"], (finding, answer)
-    # Each engine refuses something here, and 0.5.5 refuses Gemma 2 past its window, 0.11 does not.
+    # Each engine refuses something here, and 0.5.5 refuses Gemma 2 past its window, the others do not.
     assert refusals >= 5
     gemma = next(a for (m, n), a in zip(pairs, answers, strict=True) if m.name == "gemma2-window" and n == 8192)
     assert (gemma["refused"] is not None) == (card == "iluvatar-bi100"), gemma

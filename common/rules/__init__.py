@@ -49,9 +49,11 @@ R8_MODEL_TYPES = (
     "qwen2_moe",
     "qwen3_moe",
 )
+# R11: the model types whose engine model runs its experts through FusedMoE (r11_cpu_moe.py).
+R11_MODEL_TYPES = ("deepseek_v2", "mixtral", "qwen2_moe")
 R9_MODEL_TYPES = ("aya_vision", "gemma3", "llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma")
 # R10: the architectures the runtime package ships a backport of (vllm_plugin/compat_backports).
-R10_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+R10_ARCHITECTURES = ("GraniteForCausalLM", "Olmo2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
 # C1: per card, the architectures with a conformance cell C1 speaks for (conformance_cells.json:
 # a cell that differs, or did not answer for a reason no other rule names; a test holds this
 # table to that file, `make conformance` prints it when they part).
@@ -83,9 +85,7 @@ C1_ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
         "Gemma2ForCausalLM",
         "LlamaForCausalLM",
         "MistralForCausalLM",
-        "MixtralForCausalLM",
         "Phi3ForCausalLM",
-        "Qwen2MoeForCausalLM",
         "StableLmForCausalLM",
         "Starcoder2ForCausalLM",
     ),
@@ -146,6 +146,7 @@ REGISTRY: Tuple[Rule, ...] = (
     Scoped("r7_vendor_module_shim", "R7", architectures=R7_ARCHITECTURES),
     Scoped("r8_fused_experts", "R8", model_types=R8_MODEL_TYPES),
     Scoped("r9_vision_tower_names", "R9", model_types=R9_MODEL_TYPES),
+    Scoped("r11_cpu_moe", "R11", model_types=R11_MODEL_TYPES),
     # Last: what the engine computes once it started, for the configurations the matrix found
     # wrong or could not prove.
     Scoped("c1_conformance", "C1", card_architectures=C1_ARCHITECTURES),

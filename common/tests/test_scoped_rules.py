@@ -8,7 +8,18 @@ import sys
 from common.processor_files import PROCESSOR_CONFIG
 from common.conformance_cells import table
 from common.rules.c1_conformance import acts_on
-from common.rules import C1_ARCHITECTURES, R6_FILES, R7_ARCHITECTURES, R8_MODEL_TYPES, R9_MODEL_TYPES, R10_ARCHITECTURES, REGISTRY, Scoped
+from common.rules import (
+    C1_ARCHITECTURES,
+    R6_FILES,
+    R7_ARCHITECTURES,
+    R8_MODEL_TYPES,
+    R9_MODEL_TYPES,
+    R10_ARCHITECTURES,
+    R11_MODEL_TYPES,
+    REGISTRY,
+    Scoped,
+)
+from common.rules.r11_cpu_moe import MODEL_TYPES as CPU_MOE_TYPES
 from common.rules.r7_vendor_module_shim import SHIMMED_MODULES
 from common.vllm_plugin.compat_backports import BACKPORTS
 from common.vllm_plugin.compat_fused_experts import MODEL_TYPES as FUSED_TYPES
@@ -23,6 +34,7 @@ NOT_ON_THE_CLEAN_PATH = (
     "common.rules.r8_fused_experts",
     "common.rules.r9_vision_tower_names",
     "common.rules.r10_backport",
+    "common.rules.r11_cpu_moe",
     "common.rules.c1_conformance",
     "common.conformance_cells",
     "common.config_traits",
@@ -43,11 +55,12 @@ def test_each_scope_holds_what_its_rules_tables_can_act_on():
     assert set(R8_MODEL_TYPES) == set(FUSED_TYPES)
     assert set(R9_MODEL_TYPES) == set(FLAT_TOWER_TYPES)
     assert set(R10_ARCHITECTURES) == set(BACKPORTS)
+    assert set(R11_MODEL_TYPES) == set(CPU_MOE_TYPES)
     # C1's scope on each card: the architectures of the cells it speaks for there.
     speaks = {card: sorted({c["architecture"] for c in data["cells"] if acts_on(c)}) for card, data in table()["cards"].items()}
     assert {card: sorted(archs) for card, archs in C1_ARCHITECTURES.items()} == {card: a for card, a in speaks.items() if a}
     scoped = {entry.code: entry for entry in REGISTRY if isinstance(entry, Scoped)}
-    assert sorted(scoped) == ["C1", "R10", "R6", "R7", "R8", "R9"]
+    assert sorted(scoped) == ["C1", "R10", "R11", "R6", "R7", "R8", "R9"]
     for entry in scoped.values():
         # A check with no log of its own (C1: a wrong answer logs nothing) has no signature.
         assert entry.rule.code == entry.code and entry.title == entry.rule.title and (entry.log_signatures or entry.kind == "runtime check")

@@ -3,6 +3,7 @@ into the names the engine loads.
 
 COMPAT_BACKPORTS=<architecture,...> (R10): each named class of compat_backports/ is registered
 with the engine's ModelRegistry, unless the engine has its own.
+COMPAT_CPU_MOE=grouped (R11): the fused MoE layer of a CPU build gets a CPU path (compat_cpu_moe.py).
 One wrapper around the engine's weight iterator (DefaultModelLoader._get_weights_iterator)
 applies every transform the preflight asked for, each named by its own variable:
 - COMPAT_WEIGHT_NAMES=<scheme> (R9): a vision tower saved by transformers 5 without its
@@ -25,10 +26,12 @@ import os
 
 try:  # as common.vllm_plugin.compat_weights (the preflight's import)
     from . import compat_backports as backports
+    from . import compat_cpu_moe as cpu_moe
     from . import compat_fused_experts as fused_experts
     from . import compat_weight_names as weight_names
 except ImportError:  # as the top-level module vLLM's entry point names (the plugin dir on PYTHONPATH)
     import compat_backports as backports  # type: ignore[no-redef]
+    import compat_cpu_moe as cpu_moe  # type: ignore[no-redef]
     import compat_fused_experts as fused_experts  # type: ignore[no-redef]
     import compat_weight_names as weight_names  # type: ignore[no-redef]
 
@@ -153,6 +156,11 @@ def register() -> None:
         register_backports(dict(os.environ))
     except Exception:  # a bug here must not stop the engine from starting
         _log().exception("%s: could not register the backports", PLUGIN_NAME)
+    try:
+        if os.environ.get(cpu_moe.ENV) in cpu_moe.MODES:
+            cpu_moe.install(_log())
+    except Exception:  # a bug here must not stop the engine from starting
+        _log().exception("%s: could not give the fused MoE its CPU path", PLUGIN_NAME)
     try:
         wanted = asked(dict(os.environ))
         if not wanted:

@@ -54,6 +54,10 @@ def profile_json(card: Dict[str, Any], snap: Dict[str, Any]) -> Dict[str, Any]:
             # How it derives the longest context a model may be served with (--max-model-len),
             # read from its source; None: no vLLM to ask.
             "max_model_len": snap.get("max_model_len"),
+            # A CPU build of the engine (its version says so), and whether its fused MoE layer
+            # has a CPU path there (R11 gives it one where not).
+            "cpu_build": snap.get("cpu_build"),
+            "fused_moe_cpu": snap.get("fused_moe_cpu"),
             "tokenizer_classes": snap["tokenizer_classes"],
             "tokenizer_model_types": snap["tokenizer_model_types"],
             "model_type_architectures": snap["model_type_architectures"],

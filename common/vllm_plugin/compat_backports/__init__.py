@@ -70,10 +70,17 @@ class Backport:
         return getattr(importlib.import_module(f".{self.module}", __name__), self.architecture)
 
 
+# What a whole-width q/k norm under tensor parallelism gathers its slices with (OLMo 2).
+GATHER_055: Dict[str, Tuple[str, ...]] = {
+    "distributed/communication_op.py:tensor_model_parallel_all_gather": ("input_", "dim"),
+}
+
 # architecture -> its backport: one line per backported family.
 BACKPORTS: Dict[str, Backport] = {
     "Qwen3ForCausalLM": Backport("Qwen3ForCausalLM", "qwen3", LAYERS_055),
     "Qwen3MoeForCausalLM": Backport("Qwen3MoeForCausalLM", "qwen3_moe", dict(LAYERS_055, **EXPERTS_055)),
+    "GraniteForCausalLM": Backport("GraniteForCausalLM", "granite", LAYERS_055),
+    "Olmo2ForCausalLM": Backport("Olmo2ForCausalLM", "olmo2", dict(LAYERS_055, **GATHER_055)),
 }
 
 

@@ -42,13 +42,18 @@ STACKED = (
 
 class Qwen3MLP(nn.Module):
     def __init__(
-        self, hidden_size: int, intermediate_size: int, hidden_act: str, quant_config: Optional[QuantizationConfig] = None
+        self,
+        hidden_size: int,
+        intermediate_size: int,
+        hidden_act: str,
+        quant_config: Optional[QuantizationConfig] = None,
+        bias: bool = False,
     ) -> None:
         super().__init__()
         if hidden_act != "silu":
-            raise ValueError(f"Qwen3 backport: unsupported activation {hidden_act!r}; only silu")
-        self.gate_up_proj = MergedColumnParallelLinear(hidden_size, [intermediate_size] * 2, bias=False, quant_config=quant_config)
-        self.down_proj = RowParallelLinear(intermediate_size, hidden_size, bias=False, quant_config=quant_config)
+            raise ValueError(f"backport: unsupported activation {hidden_act!r}; only silu")
+        self.gate_up_proj = MergedColumnParallelLinear(hidden_size, [intermediate_size] * 2, bias=bias, quant_config=quant_config)
+        self.down_proj = RowParallelLinear(intermediate_size, hidden_size, bias=bias, quant_config=quant_config)
         self.act_fn = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -58,7 +63,17 @@ class Qwen3MLP(nn.Module):
 
 
 class Qwen3Attention(nn.Module):
-    def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
+    """Qwen3's attention; the backports of other Llama-layout families use it with `qk_norm=False`
+    (no per-head norms) and their own `scaling` (Granite's attention_multiplier)."""
+
+    def __init__(
+        self,
+        config,
+        cache_config: Optional[CacheConfig] = None,
+        quant_config: Optional[QuantizationConfig] = None,
+        qk_norm: bool = True,
+        scaling: Optional[float] = None,
+    ) -> None:
         super().__init__()
         tp_size = get_tensor_model_parallel_world_size()
         self.total_num_heads = config.num_attention_heads
@@ -77,8 +92,10 @@ class Qwen3Attention(nn.Module):
             config.hidden_size, self.head_dim, self.total_num_heads, self.total_num_kv_heads, bias=bias, quant_config=quant_config
         )
         self.o_proj = RowParallelLinear(self.total_num_heads * self.head_dim, config.hidden_size, bias=bias, quant_config=quant_config)
-        self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
-        self.k_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.qk_norm = qk_norm
+        if qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.rotary_emb = get_rope(
             self.head_dim,
             rotary_dim=self.head_dim,
@@ -89,7 +106,7 @@ class Qwen3Attention(nn.Module):
         self.attn = Attention(
             self.num_heads,
             self.head_dim,
-            self.head_dim**-0.5,
+            self.head_dim**-0.5 if scaling is None else scaling,
             num_kv_heads=self.num_kv_heads,
             cache_config=cache_config,
             quant_config=quant_config,
@@ -104,17 +121,24 @@ class Qwen3Attention(nn.Module):
     ) -> torch.Tensor:
         qkv, _ = self.qkv_proj(hidden_states)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q, k = self.rotary_emb(positions, self._per_head(self.q_norm, q), self._per_head(self.k_norm, k))
+        if self.qk_norm:
+            q, k = self._per_head(self.q_norm, q), self._per_head(self.k_norm, k)
+        q, k = self.rotary_emb(positions, q, k)
         output, _ = self.o_proj(self.attn(q, k, v, kv_cache, attn_metadata))
         return output
 
 
 class Qwen3DecoderLayer(nn.Module):
     def __init__(
-        self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None, mlp=None
+        self,
+        config,
+        cache_config: Optional[CacheConfig] = None,
+        quant_config: Optional[QuantizationConfig] = None,
+        mlp=None,
+        attention=None,
     ) -> None:
         super().__init__()
-        self.self_attn = Qwen3Attention(config, cache_config, quant_config)
+        self.self_attn = attention if attention is not None else Qwen3Attention(config, cache_config, quant_config)
         # Qwen3-MoE passes its sparse block; the dense model has one MLP per layer.
         self.mlp = mlp if mlp is not None else Qwen3MLP(config.hidden_size, config.intermediate_size, config.hidden_act, quant_config)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -159,7 +183,7 @@ class Qwen3Model(nn.Module):
         intermediate_tensors: Optional[IntermediateTensors] = None,
     ):
         if get_pp_group().is_first_rank:
-            hidden_states, residual = self.embed_tokens(input_ids), None
+            hidden_states, residual = self.embed(input_ids), None
         else:
             hidden_states, residual = intermediate_tensors["hidden_states"], intermediate_tensors["residual"]
         for i in range(self.start_layer, self.end_layer):
@@ -168,6 +192,9 @@ class Qwen3Model(nn.Module):
             return IntermediateTensors({"hidden_states": hidden_states, "residual": residual})
         hidden_states, _ = self.norm(hidden_states, residual)
         return hidden_states
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.embed_tokens(input_ids)
 
 
 class Qwen3ForCausalLM(nn.Module):
@@ -187,8 +214,12 @@ class Qwen3ForCausalLM(nn.Module):
             self.lm_head = self.model.embed_tokens
         else:
             self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, quant_config=quant_config)
-        self.logits_processor = LogitsProcessor(config.vocab_size)
+        self.logits_processor = LogitsProcessor(config.vocab_size, scale=self.logits_scale(config))
         self.sampler = Sampler()
+
+    @staticmethod
+    def logits_scale(config) -> float:
+        return 1.0
 
     def forward(
         self,

@@ -39,8 +39,14 @@ def moe_forward_grouped(
     """
     shape = hidden_states.shape
     x = hidden_states.reshape(-1, shape[-1])
-    tokens, num_experts = x.shape[0], w13.shape[0]
-    weights, experts = _route(router_logits, tokens, num_experts, top_k, renormalize, x.dtype)
+    weights, experts = _route(router_logits, x.shape[0], w13.shape[0], top_k, renormalize, x.dtype)
+    return experts_grouped(x, weights, experts, w13, w2).reshape(shape)
+
+
+def experts_grouped(x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """The SiLU-gated experts of routed tokens: x [T, H], each token's top-k `experts` [T, k] and
+    their `weights` [T, k] (any routing: softmax top-k, DeepSeek's grouped top-k)."""
+    num_experts, top_k = w13.shape[0], experts.shape[-1]
     # Group the (token, slot) pairs by expert with one sort; each expert then runs one matmul
     # over its contiguous slice of tokens.
     flat_experts = experts.reshape(-1)
@@ -59,9 +65,9 @@ def moe_forward_grouped(
         h = x.index_select(0, idx)
         gate_up = h @ w13[expert].t()
         act = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
-        y = (act @ w2[expert].t()) * weights.reshape(-1)[slots].unsqueeze(-1)
+        y = (act @ w2[expert].t()) * weights.reshape(-1)[slots].unsqueeze(-1).to(x.dtype)
         out.index_add_(0, idx, y)
-    return out.reshape(shape)
+    return out
 
 
 def moe_forward_static(

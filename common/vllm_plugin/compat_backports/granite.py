@@ -1,0 +1,65 @@
+"""Granite (`GraniteForCausalLM`, IBM Granite 3.x) for the vLLM 0.5.5 generation, on the Qwen3
+backport's layers.
+
+transformers' modeling_granite.py is the Llama layout with four multipliers from the config: the
+input embeddings times `embedding_multiplier`; attention scaled by `attention_multiplier`
+instead of 1/sqrt(head_dim); each block's output times `residual_multiplier` before it is added
+to the residual stream; the logits divided by `logits_scaling`. Biases follow `attention_bias`
+and `mlp_bias`. With the engine's fused residual (RMSNorm adds the residual first), scaling a
+block's output before it is handed on is exactly transformers' `residual + output * multiplier`.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+from vllm.attention import AttentionMetadata
+from vllm.config import CacheConfig
+from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
+
+from .qwen3 import Qwen3Attention, Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3MLP, Qwen3Model
+
+
+class GraniteDecoderLayer(Qwen3DecoderLayer):
+    def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
+        attention = Qwen3Attention(config, cache_config, quant_config, qk_norm=False, scaling=config.attention_multiplier)
+        mlp = Qwen3MLP(
+            config.hidden_size, config.intermediate_size, config.hidden_act, quant_config, bias=bool(getattr(config, "mlp_bias", False))
+        )
+        super().__init__(config, cache_config, quant_config, mlp=mlp, attention=attention)
+        self.residual_multiplier = config.residual_multiplier
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        hidden_states: torch.Tensor,
+        kv_cache: torch.Tensor,
+        attn_metadata: AttentionMetadata,
+        residual: Optional[torch.Tensor],
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual = hidden_states
+            hidden_states = self.input_layernorm(hidden_states)
+        else:
+            hidden_states, residual = self.input_layernorm(hidden_states, residual)
+        hidden_states = self.self_attn(positions, hidden_states, kv_cache, attn_metadata) * self.residual_multiplier
+        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
+        return self.mlp(hidden_states) * self.residual_multiplier, residual
+
+
+class GraniteModel(Qwen3Model):
+    def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
+        super().__init__(
+            config, cache_config, quant_config, layer_fn=lambda prefix: GraniteDecoderLayer(config, cache_config, quant_config)
+        )
+        self.embedding_multiplier = config.embedding_multiplier
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.embed_tokens(input_ids) * self.embedding_multiplier
+
+
+class GraniteForCausalLM(Qwen3ForCausalLM):
+    model_cls = GraniteModel
+
+    @staticmethod
+    def logits_scale(config) -> float:
+        return 1.0 / config.logits_scaling
