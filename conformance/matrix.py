@@ -257,6 +257,8 @@ def run(
     elapsed = time.monotonic() - started
     results = merge(cells_run, engines)
     results["last_run"] = {"cells": len(cells_run), "seconds": round(elapsed, 1), "jobs": jobs}
+    if not case_names and not engine_names:  # the whole matrix: the figure make bench reports
+        results["full_run"] = results["last_run"]
     judge_all(results, progress)
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     write_readme(results)
@@ -352,10 +354,11 @@ def merge(cells: List[Dict[str, Any]], engines: Sequence[Engine]) -> Dict[str, A
     order = {n: i for i, n in enumerate(names)}
     merged = sorted(kept + cells, key=lambda c: (order.get(c["variant"], len(order)), c["card"], c["saved_by"]))
     engines_seen = dict(old.get("engines", {}))
+    kept_figures = {k: old[k] for k in ("full_run", "models") if k in old}
     for engine in engines:
         engines_seen[engine.vllm] = {
             "cards": list(engine.cards),
             "savers": list(engine.savers),
             "serve_args": list(PLATFORM_ARGS) + list(engine.serve_args),
         }
-    return {"engines": engines_seen, "cells": merged}
+    return {"engines": engines_seen, **kept_figures, "cells": merged}

@@ -71,11 +71,11 @@ def table(results: Dict[str, Any]) -> str:
                 + " | ".join(str(t.get(r, 0)) for r in RESULTS_ORDER)
                 + " |"
             )
-    last = results.get("last_run")
-    if last:
+    full = results.get("full_run")
+    if full:
         lines += [
             "",
-            f"Last full or partial run: {last['cells']} cells in {last['seconds']} s ({last['jobs']} engine workers side by side).",
+            f"The whole matrix: {full['cells']} cells in {full['seconds'] / 60:.1f} min ({full['jobs']} engine workers side by side, two cores).",
         ]
     return "\n".join(lines)
 

@@ -54,7 +54,7 @@ def main() -> int:
     print(f"conformance_fresh_cells_per_min: {fresh_per_min:.1f}")
     print(f"conformance_forked_vs_fresh: {per_min / fresh_per_min:.2f}")
     if RESULTS.exists():
-        last = json.loads(RESULTS.read_text()).get("last_run") or {}
+        last = json.loads(RESULTS.read_text()).get("full_run") or {}
         if last.get("cells"):
             print(f"conformance_full_matrix_min: {last['seconds'] / 60:.1f} ({last['cells']} cells, {last['jobs']} workers)")
     return 0
