@@ -49,8 +49,9 @@ R8_MODEL_TYPES = (
     "qwen2_moe",
     "qwen3_moe",
 )
-# R11: the model types whose engine model runs its experts through FusedMoE (r11_cpu_moe.py).
-R11_MODEL_TYPES = ("deepseek_v2", "mixtral", "qwen2_moe")
+# R11: the model types whose engine model (its own or the backport) runs its experts through
+# FusedMoE (r11_cpu_moe.py).
+R11_MODEL_TYPES = ("deepseek_v2", "mixtral", "qwen2_moe", "qwen3_moe")
 R9_MODEL_TYPES = ("aya_vision", "gemma3", "llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma")
 # R10: the architectures the runtime package ships a backport of (vllm_plugin/compat_backports).
 R10_ARCHITECTURES = ("GraniteForCausalLM", "Olmo2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")

@@ -7,15 +7,28 @@ build of the same engine (what this project, and anyone without the card, runs i
 none of them. Where the profile says so (profile facts `cpu_build`, the engine's own version
 string, and `fused_moe_cpu`, read from its source), the image's plugin gives the layer a CPU
 path: the engine's own routing, then each expert over its own tokens (the R7 shim's grouped
-core). The card's image never gets it: its engine is no CPU build.
+core). The card's image never gets it: its engine is no CPU build. Where the engine's model file
+runs its decoder layer through a vendor module (R7's table: the BI-100 fork's Mixtral), that
+module runs the experts and FusedMoE is never called: R11 stays out.
 """
 
 from __future__ import annotations
 
 from .base import Context, Outcome, Rule
 
-# The model types whose engine model (vLLM 0.5.5) runs its experts through FusedMoE.
-MODEL_TYPES = ("deepseek_v2", "mixtral", "qwen2_moe")
+# The model types whose engine model (vLLM 0.5.5's own, or the image's backport) runs its experts
+# through FusedMoE.
+MODEL_TYPES = ("deepseek_v2", "mixtral", "qwen2_moe", "qwen3_moe")
+
+
+def vendor_layer_runs_experts(architectures: list) -> bool:
+    """Whether the engine's model file for one of `architectures` imports a vendor layer module
+    (present or shimmed by R7): the vendor's forward, not FusedMoE, then runs the experts."""
+    from .r7_vendor_module_shim import SHIMMED_MODULES, engine_imports
+
+    return any(
+        set(architectures) & set(users) and engine_imports(model_file, dotted) for dotted, (users, model_file) in SHIMMED_MODULES.items()
+    )
 
 
 class CpuMoE(Rule):
@@ -30,6 +43,8 @@ class CpuMoE(Rule):
         config = ctx.model.json_object("config.json")
         profile = ctx.profile
         if config.get("model_type") not in MODEL_TYPES or profile.cpu_build is not True or profile.fused_moe_cpu is not False:
+            return outcome
+        if vendor_layer_runs_experts(ctx.facts.get("architectures") or []):
             return outcome
         from ..vllm_plugin.compat_cpu_moe import ENV
         from ..vllm_plugin.compat_weights import PLUGIN_NAME

@@ -126,3 +126,39 @@ def test_doctor_reports_tokens_from_the_committed_cells(tmp_path):
     other = model_dir(tmp_path / "other", {"config.json": config})
     data = json.loads(run_common(["doctor", str(other), "--card", "nv-a100", "--json"]).stdout)
     assert data["tokens"] == "unproven" and data["tokens_cell"] is None
+
+
+@pytest.mark.parametrize(
+    "line, code",
+    [
+        # vLLM 0.5.5's refusal, then 0.11's: CTX.
+        (
+            "ValueError: User-specified max_model_len (4096) is greater than the derived max_model_len "
+            "(max_position_embeddings=2048 or model_max_length=None in model's config.json). This may lead to "
+            "incorrect model outputs or CUDA errors. To allow overriding this maximum, set the env var "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
+            "CTX",
+        ),
+        (
+            "ValueError: User-specified max_model_len (4096) is greater than the derived max_model_len "
+            "(max_position_embeddings=2048 or model_max_length=None in model's config.json). To allow overriding "
+            "this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. VLLM_ALLOW_LONG_MAX_MODEL_LEN must be "
+            "used with extreme caution.",
+            "CTX",
+        ),
+        # The warning the same text makes under VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: the engine goes on.
+        (
+            "WARNING config.py:1682] User-specified max_model_len (4096) is greater than the derived max_model_len "
+            "(max_position_embeddings=2048 or model_max_length=None in model's config.json). This may lead to "
+            "incorrect model outputs or CUDA errors. Make sure the value is correct and within the model context size.",
+            None,
+        ),
+    ],
+)
+def test_triage_names_ctx_for_the_refusal_not_for_the_warning(tmp_path, line, code):
+    from common.triage import triage_file
+
+    log = tmp_path / "engine.log"
+    log.write_text(f"INFO starting\n{line}\n")
+    got = triage_file(str(log)).code
+    assert got == code if code else got != "CTX"

@@ -6,7 +6,7 @@ import pytest
 from common.profile import load_profile
 from common.vllm_plugin import compat_cpu_moe
 
-from .helpers import model_dir, preflight_json
+from .helpers import ROOT, model_dir, preflight_json
 
 MIXTRAL = {
     "architectures": ["MixtralForCausalLM"],
@@ -98,3 +98,16 @@ def test_install_gives_the_engines_method_the_path_and_says_when_there_is_none(m
     setattr(sys.modules[module_name], class_name, UnquantizedFusedMoEMethod)
     assert compat_cpu_moe.install(log) is True
     assert UnquantizedFusedMoEMethod.forward_cpu is compat_cpu_moe.forward_cpu
+
+
+@pytest.mark.parametrize("layers", [True, False], ids=["vendor-module", "r7-shim"])
+def test_the_vendor_fork_whose_layer_runs_the_experts_gets_nothing(tmp_path, env_for_tests, layers):
+    """The BI-100 fork's mixtral.py runs its decoder layer through ixformer (real, or R7's shim):
+    FusedMoE is never called there, so R11 has nothing to give it."""
+    import os
+
+    from .test_r7_rule import site
+
+    env = dict(env_for_tests, PYTHONPATH=f"{ROOT}{os.pathsep}{site(tmp_path, layers=layers)}")
+    plan = preflight_json(model_dir(tmp_path / "m", {"config.json": MIXTRAL}), "iluvatar-bi100", env=env)
+    assert r11(plan) == ([], [])

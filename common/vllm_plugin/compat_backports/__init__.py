@@ -51,9 +51,25 @@ LAYERS_055: Dict[str, Tuple[str, ...]] = {
     "model_executor/model_loader/loader.py:build_model": ("model_class", "hf_config", "cache_config", "quant_config"),
 }
 
-# An MoE's router: one whole linear layer on every rank (the experts are the layers above).
+# An MoE: its router, one whole linear layer on every rank, and the engine's fused expert layer
+# with the mapping that stacks each expert's checkpoint tensors into it.
 EXPERTS_055: Dict[str, Tuple[str, ...]] = {
     "model_executor/layers/linear.py:ReplicatedLinear": ("input_size", "output_size", "bias", "quant_config"),
+    "model_executor/layers/fused_moe/layer.py:FusedMoE": (
+        "num_experts",
+        "top_k",
+        "hidden_size",
+        "intermediate_size",
+        "reduce_results",
+        "renormalize",
+        "quant_config",
+    ),
+    "model_executor/layers/fused_moe/layer.py:FusedMoE.make_expert_params_mapping": (
+        "ckpt_gate_proj_name",
+        "ckpt_down_proj_name",
+        "ckpt_up_proj_name",
+        "num_experts",
+    ),
 }
 
 

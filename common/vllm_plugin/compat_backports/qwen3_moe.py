@@ -8,51 +8,49 @@ experts per token from a softmax over `num_experts`; the picked weights are reno
 and (index + 1) is a multiple of `decoder_sparse_step`; the others have a dense MLP of
 `intermediate_size`.
 
-The experts run in plain torch through the engine's linear layers, every expert over every token
-weighted by a dense routing matrix, as the engine's own mixtral_quant.py does: no fused-MoE
-kernel (vLLM 0.5.5's CPU backend has none), and static shapes, so CUDA graph capture holds. An
-expert is the Qwen3 MLP, so its checkpoint names stack as the dense model's do (the names R8's
-plugin writes when transformers 5 stored the experts fused).
+The experts are the engine's own FusedMoE layer, as its Mixtral and Qwen2-MoE are built: on the
+card the vendor's fused kernel runs them (only the picked experts, one all-reduce per block under
+tensor parallelism); its loader stacks each expert's checkpoint tensors into the layer's fused
+weights (FusedMoE.make_expert_params_mapping). A CPU build of the engine has no CPU path for that
+layer; R11 gives it one (the experts grouped by token). The checkpoint names are the ones R8's
+plugin writes when transformers 5 stored the experts fused.
 """
 
-from typing import Optional
+from typing import Iterable, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from vllm.config import CacheConfig
+from vllm.model_executor.layers.fused_moe import FusedMoE
 from vllm.model_executor.layers.linear import ReplicatedLinear
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
+from vllm.model_executor.models.utils import is_pp_missing_parameter
 
-from .qwen3 import Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3MLP, Qwen3Model
+from .qwen3 import Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3Model
 
 
 class Qwen3MoeSparseBlock(nn.Module):
     def __init__(self, config, quant_config: Optional[QuantizationConfig] = None) -> None:
         super().__init__()
-        self.top_k = config.num_experts_per_tok
-        self.norm_topk_prob = bool(getattr(config, "norm_topk_prob", False))
+        if config.hidden_act != "silu":
+            raise ValueError(f"Qwen3-MoE backport: unsupported activation {config.hidden_act!r}; only silu")
         # The router stays unquantized and whole on every rank, as in the engine's MoE models.
         self.gate = ReplicatedLinear(config.hidden_size, config.num_experts, bias=False, quant_config=None)
-        self.experts = nn.ModuleList(
-            Qwen3MLP(config.hidden_size, config.moe_intermediate_size, config.hidden_act, quant_config) for _ in range(config.num_experts)
+        self.experts = FusedMoE(
+            num_experts=config.num_experts,
+            top_k=config.num_experts_per_tok,
+            hidden_size=config.hidden_size,
+            intermediate_size=config.moe_intermediate_size,
+            reduce_results=True,
+            renormalize=bool(getattr(config, "norm_topk_prob", False)),
+            quant_config=quant_config,
         )
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         shape = hidden_states.shape
         hidden_states = hidden_states.view(-1, shape[-1])
         router_logits, _ = self.gate(hidden_states)
-        weights = F.softmax(router_logits, dim=-1, dtype=torch.float)
-        weights, chosen = torch.topk(weights, self.top_k, dim=-1)
-        if self.norm_topk_prob:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
-        weights = weights.to(hidden_states.dtype)
-        out = torch.zeros_like(hidden_states)
-        for index, expert in enumerate(self.experts):
-            # Each token's weight for this expert (0 where it was not picked): no data-dependent shape.
-            weight = (weights * (chosen == index)).sum(dim=-1, keepdim=True)
-            out = out + expert(hidden_states) * weight
-        return out.view(shape)
+        return self.experts(hidden_states=hidden_states, router_logits=router_logits).view(shape)
 
 
 def sparse(config, index: int) -> bool:
@@ -74,3 +72,28 @@ class Qwen3MoeModel(Qwen3Model):
 
 class Qwen3MoeForCausalLM(Qwen3ForCausalLM):
     model_cls = Qwen3MoeModel
+
+    def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
+        """The experts' tensors into the FusedMoE layers' stacked weights; the rest as Qwen3's."""
+        mapping = FusedMoE.make_expert_params_mapping(
+            ckpt_gate_proj_name="gate_proj",
+            ckpt_down_proj_name="down_proj",
+            ckpt_up_proj_name="up_proj",
+            num_experts=self.config.num_experts,
+        )
+        params = dict(self.named_parameters())
+
+        def dense() -> Iterable[Tuple[str, torch.Tensor]]:
+            for name, loaded in weights:
+                expert = next((m for m in mapping if m[1] in name), None) if ".mlp.experts." in name else None
+                if expert is None:
+                    yield name, loaded
+                    continue
+                param_name, weight_name, expert_id, shard_id = expert
+                name = name.replace(weight_name, param_name)
+                if is_pp_missing_parameter(name, self):
+                    continue
+                param = params[name]
+                param.weight_loader(param, loaded, name, shard_id=shard_id, expert_id=expert_id)
+
+        super().load_weights(dense())

@@ -47,27 +47,25 @@ def experts_grouped(x: torch.Tensor, weights: torch.Tensor, experts: torch.Tenso
     """The SiLU-gated experts of routed tokens: x [T, H], each token's top-k `experts` [T, k] and
     their `weights` [T, k] (any routing: softmax top-k, DeepSeek's grouped top-k)."""
     num_experts, top_k = w13.shape[0], experts.shape[-1]
-    # Group the (token, slot) pairs by expert with one sort; each expert then runs one matmul
-    # over its contiguous slice of tokens.
+    # Group the (token, slot) pairs by expert with one sort and one gather; each expert then runs
+    # its matmuls on a contiguous slice of the sorted rows, and one index_add puts them back.
     flat_experts = experts.reshape(-1)
     order = torch.argsort(flat_experts, stable=True)
     token_of = order // top_k
     counts = torch.bincount(flat_experts, minlength=num_experts).tolist()
-    out = torch.zeros_like(x)
+    rows = x.index_select(0, token_of)
+    scale = weights.reshape(-1)[order].unsqueeze(-1).to(x.dtype)
+    done = torch.empty_like(rows)
     inter = w2.shape[-1]
     start = 0
     for expert, count in enumerate(counts):
         if count == 0:
             continue
-        idx = token_of[start : start + count]
-        slots = order[start : start + count]
-        start += count
-        h = x.index_select(0, idx)
-        gate_up = h @ w13[expert].t()
-        act = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
-        y = (act @ w2[expert].t()) * weights.reshape(-1)[slots].unsqueeze(-1).to(x.dtype)
-        out.index_add_(0, idx, y)
-    return out
+        end = start + count
+        gate_up = rows[start:end] @ w13[expert].t()
+        done[start:end] = (F.silu(gate_up[:, :inter]) * gate_up[:, inter:]) @ w2[expert].t()
+        start = end
+    return torch.zeros_like(x).index_add_(0, token_of, done * scale)
 
 
 def moe_forward_static(
