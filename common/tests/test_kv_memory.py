@@ -330,3 +330,24 @@ def test_summary_of_each_outcome():
     assert summary(dict(base, fits=False, code="OOM", smallest_tp=2, largest_max_model_len=None)) == "OOM: TP 2 holds 8192"
     assert summary(dict(base, fits=False, code="OOM", smallest_tp=None, largest_max_model_len=None)).startswith("OOM: no TP of a node of 8")
     assert Device.cpu(GIB).memory is None and Device.cpu(GIB).kv_space == GIB
+
+
+def test_the_readmes_table_of_what_fits_one_node_is_what_doctor_says(tmp_path):
+    """README: the smallest tensor-parallel size of each card's node per popular shape
+    (scripts/bench_memory.py --markdown prints it)."""
+    from tests.fixtures.shapes import SHAPES
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    header = "| model | hygon-k100 | iluvatar-bi100 | nv-a100 | nv-a100@next |"
+    lines = readme[readme.index(header) :].split("\n\n", 1)[0].splitlines()
+    cards = header.strip("| ").split(" | ")[1:]
+    rows = {line.strip("| ").split(" | ")[0]: line.strip("| ").split(" | ")[1:] for line in lines[2:] if line.startswith("| ")}
+    assert sorted(rows) == sorted(SHAPES)
+    for name, config in SHAPES.items():
+        model = write_model(tmp_path / name, config)
+        for card, expected in zip(cards, rows[name], strict=True):
+            got = judged(model, card, [])
+            said = (
+                f"TP {got.judged.tp}" if got.fits else f"{got.judged.code}: {got.weights.total / GIB:.0f} GiB of weights, more than a node"
+            )
+            assert said == expected, (name, card)
