@@ -143,9 +143,11 @@ REGISTRY: Tuple[Rule, ...] = (
     r5_config_format.RULE,
     h1_head_size.RULE,
     h2_null_head_dim.RULE,
-    ctx_context_length.RULE,
-    # doctor only: the weights and one request's KV cache against the card's memory.
+    # doctor only: the weights and one request's KV cache against the card's memory. Before CTX:
+    # a log with the KV refusal got past the length check (VLLM_ALLOW_LONG_MAX_MODEL_LEN turns
+    # CTX's refusal into a warning with the same words), so triage names KV.
     kv_memory.RULE,
+    ctx_context_length.RULE,
     Scoped("r7_vendor_module_shim", "R7", architectures=R7_ARCHITECTURES),
     Scoped("r8_fused_experts", "R8", model_types=R8_MODEL_TYPES),
     Scoped("r9_vision_tower_names", "R9", model_types=R9_MODEL_TYPES),
