@@ -112,7 +112,6 @@ TRIAGE = (
         (
             r"out of memory",
             r"OutOfMemoryError",
-            r"larger than the available KV cache memory",
             r"No available memory for the cache blocks",
             r"Cannot allocate memory",
             r"can't allocate memory",

@@ -56,6 +56,10 @@ def judge(data: Dict[str, Any]) -> Dict[str, Any]:
     data["failing"] = failing
     data["unverified"] = unverified
     data["tokens"], data["tokens_cell"] = tokens_of(data)
+    # The memory layer (rule KV, doctor only): weights and one request's KV cache on the card.
+    facts = data.get("facts") or {}
+    data["memory"] = facts.get("memory")
+    data["facts"] = {k: v for k, v in facts.items() if k != "memory"}
     return data
 
 
@@ -102,6 +106,10 @@ def table(data: Dict[str, Any]) -> str:
             f" (conformance cell {data['tokens_cell']})" if data.get("tokens_cell") else " (no conformance cell covers this configuration)"
         )
         lines.append(f"tokens: {data['tokens']}{cell}")
+    if (data.get("memory") or {}).get("fits") is not None:
+        from .memory_fit import summary as memory_summary
+
+        lines.append(f"memory: {memory_summary(data['memory'])}")
     if data["verdict"] == "starts":
         extra = " ".join(data["args"])
         lines.append(f"verdict: the {data['card']} image will start this model" + (f" (adding: {extra})" if extra else ""))

@@ -114,6 +114,7 @@ def row_of(model: str, card: str, data: Dict[str, Any]) -> Dict[str, Any]:
         "args": data["args"],
         "env": data["env"],
         "tokens": data.get("tokens", "unproven"),
+        "memory": data.get("memory"),
         "error": None,
     }
 
@@ -130,6 +131,7 @@ def error_row(model: str, card: str, message: str) -> Dict[str, Any]:
         "args": [],
         "env": {},
         "tokens": "unproven",
+        "memory": None,
         "error": message,
     }
 
@@ -210,10 +212,13 @@ def totals(rows: Sequence[Dict[str, Any]], card: str) -> Dict[str, int]:
 def markdown(report: Dict[str, Any]) -> str:
     cards = report["cards"]
     lines = [f"doctor: {len(report['models'])} models on {', '.join(cards)}", ""]
-    lines += ["| model | card | verdict | codes | tokens |", "|---|---|---|---|---|"]
+    lines += ["| model | card | verdict | codes | tokens | memory |", "|---|---|---|---|---|---|"]
     for row in report["rows"]:
         codes = _outcome(row)[len(row["state"]) :].strip(" ()") if row["state"] != "error" else row["error"]
-        lines.append(f"| {_cell(row['model'])} | {row['card']} | {row['state']} | {_cell(codes) or '-'} | {row.get('tokens') or '-'} |")
+        lines.append(
+            f"| {_cell(row['model'])} | {row['card']} | {row['state']} | {_cell(codes) or '-'} | {row.get('tokens') or '-'} "
+            f"| {_cell(_memory_cell(row.get('memory')))} |"
+        )
     lines += [
         "",
         "| card | vLLM | models | start without the image's repairs | start with them | fail | unverified | errors | checked with |",
@@ -227,6 +232,15 @@ def markdown(report: Dict[str, Any]) -> str:
             f"| {t['fail']} | {t['unverified']} | {t['errors']} | {_cell(where)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _memory_cell(memory: Optional[Dict[str, Any]]) -> str:
+    """Where the model fits on the card's node: the tensor-parallel size, or what stops it."""
+    if not memory or memory.get("fits") is None:
+        return "-"
+    from .memory_fit import summary
+
+    return summary(memory)
 
 
 def _cell(text: str) -> str:

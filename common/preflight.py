@@ -109,7 +109,7 @@ def start_plan(
     # The flags of a --config file count as the user's where the engine reads one (None: unknown,
     # read: a file the engine ignores only makes the repairs stand back).
     user = UserArgs(user_args, read_config=profile.serve_config_file is not False)
-    ctx = Context(model=model, profile=profile, facts=plan.facts, user=user, env=env)
+    ctx = Context(model=model, profile=profile, facts=plan.facts, user=user, env=env, doctor=ask_engine_config)
     skipped = _skipped_codes(env)
     for rule in REGISTRY:
         if skipped and _normalize(rule.code) in skipped:

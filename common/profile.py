@@ -79,6 +79,13 @@ class Profile:
         # rope scalings that stretch it, the model types whose window caps it): CTX. None: unknown.
         raw_len = engine.get("max_model_len")
         self.max_model_len: Optional[Dict[str, Any]] = dict(raw_len) if isinstance(raw_len, dict) and raw_len.get("keys") else None
+        # How the engine sizes its KV cache and refuses a --max-model-len it cannot hold (the
+        # check, its defaults, the KV layouts it knows): common/memory_fit.py. None: unknown.
+        raw_memory = engine.get("memory")
+        self.memory: Optional[Dict[str, Any]] = dict(raw_memory) if isinstance(raw_memory, dict) and raw_memory.get("kv_check") else None
+        # One device of the card and its node (memory_gib, per_node, the runtime's overheads).
+        raw_device = data.get("device")
+        self.device: Optional[Dict[str, Any]] = dict(raw_device) if isinstance(raw_device, dict) and raw_device.get("memory_gib") else None
         reads = engine.get("reads") if isinstance(engine.get("reads"), dict) else {}
         self.reads_rope_parameters: Optional[bool] = reads.get("rope_parameters")
         self.reads_dtype_key: Optional[bool] = reads.get("dtype")

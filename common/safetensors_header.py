@@ -28,12 +28,23 @@ SINGLE = "model.safetensors"
 
 
 class Header:
-    """One file's tensors: name -> shape (a list of ints), from its header."""
+    """One file's tensors: name -> shape (a list of ints), from its header; name -> dtype string
+    ("BF16", "F8_E4M3", "I32", ...) and name -> the byte count its data_offsets span (None where
+    they are not two ordered integers): what the weights take, never read."""
 
-    __slots__ = ("file", "shapes", "bytes_read")
+    __slots__ = ("file", "shapes", "bytes_read", "dtypes", "spans")
 
-    def __init__(self, file: str, shapes: Dict[str, List[int]], bytes_read: int) -> None:
+    def __init__(
+        self,
+        file: str,
+        shapes: Dict[str, List[int]],
+        bytes_read: int,
+        dtypes: Optional[Dict[str, str]] = None,
+        spans: Optional[Dict[str, Optional[int]]] = None,
+    ) -> None:
         self.file, self.shapes, self.bytes_read = file, shapes, bytes_read
+        self.dtypes: Dict[str, str] = dtypes or {}
+        self.spans: Dict[str, Optional[int]] = spans or {}
 
 
 def read_header(model: ModelDir, name: str, cap: int = HEADER_CAP) -> Tuple[Optional[Header], Optional[Problem]]:
@@ -65,6 +76,8 @@ def read_header(model: ModelDir, name: str, cap: int = HEADER_CAP) -> Tuple[Opti
     if not isinstance(header, dict) or _deeper_than(header, MAX_JSON_DEPTH):
         return None, Problem(name, "has a safetensors header that is not a JSON object of tensors")
     shapes: Dict[str, List[int]] = {}
+    dtypes: Dict[str, str] = {}
+    spans: Dict[str, Optional[int]] = {}
     for key, entry in header.items():
         if key == "__metadata__":
             continue
@@ -72,7 +85,20 @@ def read_header(model: ModelDir, name: str, cap: int = HEADER_CAP) -> Tuple[Opti
         if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in shape)):
             return None, Problem(name, f"has a safetensors header whose tensor {key!r} has no valid shape")
         shapes[key] = shape
-    return Header(name, shapes, 8 + length), None
+        dtype = entry.get("dtype")
+        if isinstance(dtype, str):
+            dtypes[key] = dtype
+        spans[key] = _span(entry.get("data_offsets"))
+    return Header(name, shapes, 8 + length, dtypes, spans), None
+
+
+def _span(offsets: object) -> Optional[int]:
+    """The byte count of `[begin, end]` data_offsets, or None when they are not that."""
+    if isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
+        begin, end = offsets
+        if 0 <= begin <= end:
+            return end - begin
+    return None
 
 
 def _read_exactly(fh: object, count: int) -> bytes:

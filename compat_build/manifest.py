@@ -22,8 +22,9 @@ CARDS_DIR = os.path.join(ROOT, "cards")
 CARD_FILE = "card.toml"
 
 RELEASE_KEYS = {"registry": str, "image": str, "framework": str, "task_type": str, "api_base": str}
-# card.toml: section -> {key: (type, required)}
-CARD_SCHEMA: Dict[str, Dict[str, Tuple[type, bool]]] = {
+NUMBER = (int, float)
+# card.toml: section -> {key: (type or types, required)}
+CARD_SCHEMA: Dict[str, Dict[str, Tuple[Any, bool]]] = {
     "image": {"base": (str, True), "python": (str, True)},
     "engine": {
         "vllm": (str, True),
@@ -46,7 +47,23 @@ CARD_SCHEMA: Dict[str, Dict[str, Tuple[type, bool]]] = {
         # The framework name the platform registers this engine under (default: the release's).
         "framework": (str, False),
     },
+    # One accelerator of the card and the node the platform runs it in: what doctor holds the
+    # model's weights and KV cache against (common/memory_fit.py). GiB, as the vendors' tools
+    # report device memory.
+    "device": {
+        "memory_gib": (NUMBER, True),
+        "per_node": (int, True),
+        # What the runtime takes on each device beside torch's allocations by the end of the
+        # engine's profiling run (NCCL buffers, library workspaces): vLLM counts it out of the
+        # KV space. An estimate per card.
+        "non_torch_gib": (NUMBER, False),
+        # What capturing CUDA graphs takes after the KV cache is allocated: it comes out of the
+        # share gpu_memory_utilization leaves free. An estimate per card.
+        "cuda_graph_gib": (NUMBER, False),
+    },
 }
+# The estimates where a card states none.
+DEVICE_DEFAULTS = {"non_torch_gib": 0.5, "cuda_graph_gib": 1.0}
 # A card may ship several engines: [variants.<name>] holds the sections (any of the above) in
 # which that engine differs from the card's default one. Its profile and image are `<card>@<name>`.
 VARIANT_SEP = "@"
@@ -80,6 +97,8 @@ class Card:
     # `card` or `card@variant`: the profile name `--card` and COMPAT_CARD take.
     card: str = ""
     variant: str = ""
+    # [device]: memory_gib, per_node, non_torch_gib, cuda_graph_gib (the profile's `device`).
+    device: Tuple[Tuple[str, Any], ...] = ()
 
     @property
     def image_name(self) -> str:
@@ -105,7 +124,11 @@ def _read_toml(path: str) -> Dict[str, Any]:
         raise ManifestError(f"{os.path.relpath(path, ROOT)}: not valid TOML ({exc})") from None
 
 
-def _check_table(where: str, table: Any, schema: Dict[str, Tuple[type, bool]]) -> Dict[str, Any]:
+def _type_name(kind: Any) -> str:
+    return "number" if kind is NUMBER else kind.__name__
+
+
+def _check_table(where: str, table: Any, schema: Dict[str, Tuple[Any, bool]]) -> Dict[str, Any]:
     if not isinstance(table, dict):
         raise ManifestError(f"{where}: must be a table")
     for key in table:
@@ -118,7 +141,9 @@ def _check_table(where: str, table: Any, schema: Dict[str, Tuple[type, bool]]) -
             continue
         value = table[key]
         if not isinstance(value, kind) or (kind is str and not value.strip()):
-            raise ManifestError(f"{where}: key {key!r} must be a non-empty {kind.__name__}")
+            raise ManifestError(f"{where}: key {key!r} must be a non-empty {_type_name(kind)}")
+        if kind in (NUMBER, int) and (isinstance(value, bool) or value <= 0):
+            raise ManifestError(f"{where}: key {key!r} must be a positive {_type_name(kind)}")
     return table
 
 
@@ -174,6 +199,7 @@ def _parse_sections(name: str, data: Dict[str, Any], folder: str, where: str) ->
         if not os.path.isdir(ops) or not any(f.endswith(".py") for f in os.listdir(ops)):
             raise ManifestError(f"{where} [build]: ops_dir {build['ops_dir']!r} holds no .py ops")
     engine, image = tables["engine"], tables["image"]
+    device = dict(DEVICE_DEFAULTS, **tables["device"])
     card, _, variant = name.partition(VARIANT_SEP)
     return Card(
         name=name,
@@ -193,6 +219,7 @@ def _parse_sections(name: str, data: Dict[str, Any], folder: str, where: str) ->
         ops_dir=build.get("ops_dir", ""),
         ops_target=build.get("ops_target", ""),
         folder=folder,
+        device=tuple(sorted(device.items())),
     )
 
 

@@ -40,6 +40,7 @@ def card_json(card: manifest_mod.Card) -> Dict[str, Any]:
         "transformers": card.transformers,
         "head_sizes": list(card.head_sizes),
         "head_size_policy": card.head_size_policy,
+        "device": dict(card.device),
     }
 
 

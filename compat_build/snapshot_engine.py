@@ -611,6 +611,210 @@ def _window_caps(tree: Any) -> List[str]:
     return out
 
 
+# Where vLLM keeps what decides the KV cache's size: 0.6+ splits config.py into a package.
+CONFIG_FILES = (("config", "cache.py"), ("config", "scheduler.py"), ("config", "model.py"), ("config.py",))
+ARG_FILE = ("engine", "arg_utils.py")
+# The check that refuses a --max-model-len the KV cache cannot hold: V1's (0.8+: the sum over
+# layers of each layer's pages for one request) and the V0 worker's (0.5.5: whole blocks of every
+# layer, block_size tokens each).
+KV_CHECKS = (
+    ("pages", ("v1", "core", "kv_cache_utils.py"), "check_enough_kv_cache_memory"),
+    ("blocks", ("worker", "worker.py"), "raise_if_cache_size_invalid"),
+)
+KV_SPECS = ("v1", "kv_cache_interface.py")
+
+
+def _tree(*parts: str) -> Any:
+    import ast
+
+    path = _vllm_file(*parts)
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return ast.parse(fh.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _class_defaults(tree: Any, name: str) -> Dict[str, Any]:
+    """field -> its default as written in class `name` (a literal, or "Class.field")."""
+    import ast
+
+    out: Dict[str, Any] = {}
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            for stmt in node.body:
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+                    value = stmt.value
+                    if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "Field":  # 0.32's pydantic fields
+                        value = next((k.value for k in value.keywords if k.arg == "default"), value)
+                    if isinstance(value, ast.Constant):
+                        out[stmt.target.id] = value.value
+                    elif isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
+                        out[stmt.target.id] = f"{value.value.id}.{value.attr}"
+    return out
+
+
+def _engine_default(field: str) -> Any:
+    """EngineArgs' default of `field`, followed into the config class it names (0.11:
+    `CacheConfig.gpu_memory_utilization`); None where it is None or not a literal."""
+    value = _class_defaults(_tree(*ARG_FILE), "EngineArgs").get(field)
+    if isinstance(value, str) and "." in value:
+        owner, attr = value.split(".", 1)
+        for parts in CONFIG_FILES:
+            found = _class_defaults(_tree(*parts), owner)
+            if attr in found:
+                return found[attr]
+        return None
+    return value
+
+
+def _cuda_block_size() -> Optional[int]:
+    """The block size the CUDA platform sets where the engine leaves it unset (0.11: 16)."""
+    import ast
+
+    tree = _tree("platforms", "cuda.py")
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int):
+            if any(isinstance(t, ast.Attribute) and t.attr == "block_size" for t in node.targets):
+                return node.value.value
+    return None
+
+
+def _server_defaults() -> Dict[str, int]:
+    """What `vllm serve` (UsageContext.OPENAI_API_SERVER) takes for max_num_batched_tokens and
+    max_num_seqs where the flags are not given, on GPUs under 70 GiB or named A100 (every card
+    here): the `else` branch of EngineArgs' device test."""
+    import ast
+
+    tree = _tree(*ARG_FILE)
+    out: Dict[str, int] = {}
+    for node in ast.walk(tree) if tree is not None else ():
+        if not (isinstance(node, ast.If) and "GiB_bytes" in ast.dump(node.test)):
+            continue
+        for stmt in node.orelse:
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Dict) and isinstance(stmt.targets[0], ast.Name):
+                for key, value in zip(stmt.value.keys, stmt.value.values, strict=True):
+                    if isinstance(key, ast.Attribute) and key.attr == "OPENAI_API_SERVER" and isinstance(value, ast.Constant):
+                        out[stmt.targets[0].id.replace("default_", "")] = value.value
+    return out
+
+
+def _v0_batched_tokens() -> Dict[str, int]:
+    """vLLM 0.5.5's token budget of its profiling run: max(max_model_len, MIN) tokens, or the
+    chunked-prefill budget, which it turns on by itself past a context length on a GPU."""
+    import ast
+
+    out: Dict[str, int] = {}
+    for parts in CONFIG_FILES:
+        tree = _tree(*parts)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.FunctionDef) and node.name == "__init__" and "max_num_batched_tokens" in ast.dump(node):
+                for sub in ast.walk(node):
+                    if (
+                        isinstance(sub, ast.Assign)
+                        and any(isinstance(t, ast.Attribute) and t.attr == "max_num_batched_tokens" for t in sub.targets)
+                        and isinstance(sub.value, ast.Constant)
+                        and "chunked_prefill_tokens" not in out
+                    ):
+                        out["chunked_prefill_tokens"] = sub.value.value
+                    if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "max":
+                        names = [a.id for a in sub.args if isinstance(a, ast.Name)]
+                        numbers = [a.value for a in sub.args if isinstance(a, ast.Constant) and isinstance(a.value, int)]
+                        if names == ["max_model_len"] and numbers and "min_batched_tokens" not in out:
+                            out["min_batched_tokens"] = numbers[0]
+    tree = _tree(*ARG_FILE)
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "use_long_context" for t in node.targets):
+            if isinstance(node.value, ast.Compare) and isinstance(node.value.comparators[0], ast.Constant):
+                out["long_context_chunked_prefill"] = node.value.comparators[0].value
+    return out
+
+
+def _has_function(parts: Any, name: str) -> bool:
+    import ast
+
+    tree = _tree(*parts)
+    return tree is not None and any(isinstance(n, ast.FunctionDef) and n.name == name for n in ast.walk(tree))
+
+
+def _mla_model_types() -> List[str]:
+    """The model types whose KV cache is MLA's one latent per token (is_deepseek_mla)."""
+    import ast
+
+    # 0.32 moved the test into its model-architecture converter.
+    for parts in (("config", "model.py"), ("config.py",), ("transformers_utils", "model_arch_config_convertor.py")):
+        tree = _tree(*parts)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.FunctionDef) and node.name == "is_deepseek_mla":
+                for sub in ast.walk(node):
+                    if isinstance(sub, ast.Compare) and isinstance(sub.comparators[0], ast.Tuple):
+                        return sorted(e.value for e in sub.comparators[0].elts if isinstance(e, ast.Constant))
+    return []
+
+
+def _padded_head_sizes() -> Dict[str, int]:
+    """model_type -> the head size get_head_size returns for it whatever the config says
+    (0.5.5 pads DeepSeek-V2's 192 to 256, and caches every head at that size)."""
+    import ast
+
+    out: Dict[str, int] = {}
+    for parts in (("config", "model.py"), ("config.py",)):
+        tree = _tree(*parts)
+        for node in ast.walk(tree) if tree is not None else ():
+            if not (isinstance(node, ast.FunctionDef) and node.name == "get_head_size"):
+                continue
+            for sub in node.body:
+                if not isinstance(sub, ast.If) or not any(
+                    isinstance(b, ast.Return) and isinstance(b.value, ast.Constant) for b in sub.body
+                ):
+                    continue
+                value = next(b.value.value for b in sub.body if isinstance(b, ast.Return))
+                for cmp in ast.walk(sub.test):
+                    if isinstance(cmp, ast.Compare) and isinstance(cmp.left, ast.Attribute) and cmp.left.attr == "model_type":
+                        out.update({c.value: value for c in cmp.comparators if isinstance(c, ast.Constant)})
+        if out:
+            break
+    return out
+
+
+def memory_rules() -> Optional[Dict[str, Any]]:
+    """How the engine sizes its KV cache and refuses a --max-model-len it cannot hold, read
+    from its source (nothing imported): the check (`pages`: V1's sum of every layer's pages for
+    one request, where windowed layers hold their window and linear-attention layers one state;
+    `blocks`: 0.5.5's whole blocks of every layer, windows or not), its defaults
+    (gpu_memory_utilization, block size, the token and sequence budget of the profiling run) and
+    the KV layouts it knows (MLA's latent, a padded head size). None: no vLLM to ask."""
+    if not _vllm_file():
+        return None
+    kv_check = next((kind for kind, parts, func in KV_CHECKS if _has_function(parts, func)), None)
+    specs = _tree(*KV_SPECS)
+    classes = set()
+    if specs is not None:
+        import ast
+
+        classes = {n.name for n in ast.walk(specs) if isinstance(n, ast.ClassDef)}
+    block_size = _engine_default("block_size")
+    server = _server_defaults()
+    facts: Dict[str, Any] = {
+        "kv_check": kv_check,
+        "gpu_memory_utilization": _engine_default("gpu_memory_utilization"),
+        "block_size": block_size if isinstance(block_size, int) else _cuda_block_size(),
+        "max_num_seqs": _engine_default("max_num_seqs") or server.get("max_num_seqs"),
+        "max_num_batched_tokens": _engine_default("max_num_batched_tokens") or server.get("max_num_batched_tokens"),
+        "window_layers": "SlidingWindowSpec" in classes,
+        "linear_state": "MambaSpec" in classes,
+        "mla_latent": "MLAAttentionSpec" in classes,
+        "mla_model_types": _mla_model_types(),
+        "padded_head_sizes": _padded_head_sizes(),
+        # Whether --kv-cache-memory-bytes sets the KV space outright (no utilization, no profiling).
+        "kv_cache_memory_flag": "kv_cache_memory_bytes" in _class_defaults(_tree(*ARG_FILE), "EngineArgs"),
+    }
+    facts.update(_v0_batched_tokens() if kv_check == "blocks" else {})
+    return facts
+
+
 # The engine API the runtime package's backports (common/vllm_plugin/compat_backports) call:
 # "file under vllm/:Class[.method]" or ":function". A backport fits an engine only when every
 # symbol it lists is here with the parameters it passes; a test holds the two lists together.
@@ -672,6 +876,7 @@ def snapshot(vllm_source: str = "") -> Dict[str, Any]:
         "max_model_len": max_model_len_rules(),
         "cpu_build": cpu_build(),
         "fused_moe_cpu": fused_moe_cpu(),
+        "memory": memory_rules(),
     }
     data.update(transformers_tables())
     # Last: importing vLLM's config module registers its config classes with transformers'

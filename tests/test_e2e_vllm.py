@@ -150,8 +150,9 @@ def test_r4_canonical_class_greedy_tokens_match_transformers(proof_models, serve
     assert got == author["reference_tokens"]
 
 
-def test_kv_cache_larger_than_memory_is_triaged_as_oom(served_models, server):
-    """An honest class: the engine itself says the KV cache does not fit (no repair fixes that)."""
+def test_kv_cache_larger_than_memory_is_triaged_as_kv(served_models, server):
+    """The engine itself says the KV cache does not fit (no repair fixes that): rule KV's
+    refusal, whose fix names the --max-model-len to lower (doctor predicts it: tests/test_kv_vs_engine.py)."""
     model = served_models("457-generic")
     port = free_port()
     argv = serve_argv_vanilla(model, port)
@@ -160,7 +161,7 @@ def test_kv_cache_larger_than_memory_is_triaged_as_oom(served_models, server):
     assert srv.wait_ready() is False and srv.wait_exit() != 0
     assert "larger than the available KV cache memory" in srv.log()
     verdict = triage_file(str(srv.log_path))
-    assert verdict.code == "OOM" and "max-model-len" in verdict.fix
+    assert verdict.code == "KV" and "max-model-len" in verdict.fix
 
 
 def test_r3c_tokenizer_json_alone_vanilla_invents_a_bos_launcher_keeps_the_authors_ids(served_models, server, tmp_path, launched):

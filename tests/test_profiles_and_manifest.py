@@ -48,6 +48,11 @@ def test_manifest_loads_all_three_cards_from_their_folders():
         ("iluvatar-bi100", lambda d: d["build"].update(ops_dir="nowhere"), "[build]: ops_dir 'nowhere' holds no .py ops"),
         ("nv-a100", lambda d: d["engine"].update(vllm_source=3), "[engine]: key 'vllm_source' must be a non-empty str"),
         ("nv-a100", lambda d: d["attention"].update(head_size_policy="hope"), "key 'head_size_policy' must be one of"),
+        ("nv-a100", lambda d: d["device"].pop("memory_gib"), "cards/nv-a100/card.toml [device]: missing key 'memory_gib'"),
+        ("iluvatar-bi100", lambda d: d["device"].update(memory_gib="32GB"), "[device]: key 'memory_gib' must be a non-empty number"),
+        ("hygon-k100", lambda d: d["device"].update(per_node=0), "[device]: key 'per_node' must be a positive int"),
+        ("hygon-k100", lambda d: d["device"].update(per_node=True), "[device]: key 'per_node' must be a positive int"),
+        ("nv-a100", lambda d: d["device"].update(memory_gib=-80), "[device]: key 'memory_gib' must be a positive number"),
     ],
 )
 def test_card_errors_name_file_section_and_key(card, mutate, message):
@@ -132,6 +137,28 @@ def test_committed_profiles_match_manifest_and_real_engine(capsys):
     assert nxt.reads_rope_parameters and nxt.reads_dtype_key and nxt.reads_extra_special_tokens_list
     assert nxt.knows_tokenizer_class("TokenizersBackend") and nxt.head_dim_none_fallback is True
     assert bi100.serve_config_file is False and nv.serve_config_file is True and nxt.serve_config_file is True
+
+
+def test_each_card_states_its_device_and_node_and_the_profiles_carry_them():
+    """BI-100 32 GiB, K100-AI 64 GiB, the platform's A100 80 GiB, eight to a node; a variant
+    runs on its card's device; the profile holds them beside its engine's memory facts."""
+    m = manifest.load()
+    memory = {name: dict(card.device)["memory_gib"] for name, card in m.cards.items()}
+    assert memory == {"iluvatar-bi100": 32, "hygon-k100": 64, "nv-a100": 80, "nv-a100@next": 80}
+    for name, card in m.cards.items():
+        device = dict(card.device)
+        assert device["per_node"] == 8 and device["non_torch_gib"] > 0 and device["cuda_graph_gib"] > 0
+        assert profiles.card_json(card)["device"] == device
+        assert load_profile(name).device == device
+    bi100, nv = load_profile("iluvatar-bi100").memory, load_profile("nv-a100").memory
+    # Read from each engine's source: 0.5.5 refuses in whole blocks of every layer and pads
+    # DeepSeek-V2's heads; 0.11 sums each layer's pages, keeps windows and MLA's latent.
+    assert (bi100["kv_check"], bi100["block_size"], bi100["gpu_memory_utilization"]) == ("blocks", 16, 0.9)
+    assert bi100["padded_head_sizes"] == {"deepseek_v2": 256} and not bi100["window_layers"] and not bi100["mla_latent"]
+    assert (bi100["long_context_chunked_prefill"], bi100["chunked_prefill_tokens"], bi100["min_batched_tokens"]) == (32768, 512, 2048)
+    assert (nv["kv_check"], nv["block_size"], nv["gpu_memory_utilization"], nv["max_num_batched_tokens"]) == ("pages", 16, 0.9, 2048)
+    assert nv["window_layers"] and nv["mla_latent"] and nv["linear_state"] and "deepseek_v3" in nv["mla_model_types"]
+    assert nv["kv_cache_memory_flag"] and not bi100["kv_cache_memory_flag"]
 
 
 def test_unknown_card_is_a_clear_error():

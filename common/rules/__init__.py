@@ -13,6 +13,7 @@ from . import (
     ctx_context_length,
     h1_head_size,
     h2_null_head_dim,
+    kv_memory,
     quantization,
     r2_chat_template,
     r3_extra_special_tokens,
@@ -143,6 +144,8 @@ REGISTRY: Tuple[Rule, ...] = (
     r5_config_format.RULE,
     h1_head_size.RULE,
     h2_null_head_dim.RULE,
+    # doctor only: the weights and one request's KV cache against the card's memory.
+    kv_memory.RULE,
     ctx_context_length.RULE,
     Scoped("r7_vendor_module_shim", "R7", architectures=R7_ARCHITECTURES),
     Scoped("r8_fused_experts", "R8", model_types=R8_MODEL_TYPES),

@@ -16,8 +16,13 @@ if TYPE_CHECKING:
 class Context:
     """What a rule may look at: the model, the card's engine profile, the facts, the user's args."""
 
-    def __init__(self, model: ModelDir, profile: Profile, facts: Dict[str, Any], user: UserArgs, env: Mapping[str, str]) -> None:
+    def __init__(
+        self, model: ModelDir, profile: Profile, facts: Dict[str, Any], user: UserArgs, env: Mapping[str, str], doctor: bool = False
+    ) -> None:
         self.model, self.profile, self.facts, self.user, self.env = model, profile, facts, user, env
+        # doctor's judgement rather than a container start: checks too costly for every start
+        # (reading every weight file's header) run only then.
+        self.doctor = doctor
 
 
 class Outcome:

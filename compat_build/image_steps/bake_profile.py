@@ -23,6 +23,10 @@ def profile_json(card: Dict[str, Any], snap: Dict[str, Any]) -> Dict[str, Any]:
         "vllm_version": card["vllm"],
         "transformers_version": snap["transformers_version"],
         "attention": {"head_sizes": list(card["head_sizes"]), "head_size_policy": card["head_size_policy"]},
+        # One accelerator of the card and its node (card.toml [device]): memory, devices per
+        # node, and the runtime's overheads beside the engine's own; None in a card.json of
+        # before they were stated.
+        "device": card.get("device"),
         "engine": {
             # An empty list means the snapshot had no vLLM to ask: unknown, not "supports nothing".
             "architectures": snap["architectures"] or None,
@@ -58,6 +62,9 @@ def profile_json(card: Dict[str, Any], snap: Dict[str, Any]) -> Dict[str, Any]:
             # has a CPU path there (R11 gives it one where not).
             "cpu_build": snap.get("cpu_build"),
             "fused_moe_cpu": snap.get("fused_moe_cpu"),
+            # How it sizes the KV cache and refuses a --max-model-len it cannot hold (the check,
+            # its defaults, the KV layouts it knows), read from its source; None: no vLLM to ask.
+            "memory": snap.get("memory"),
             "tokenizer_classes": snap["tokenizer_classes"],
             "tokenizer_model_types": snap["tokenizer_model_types"],
             "model_type_architectures": snap["model_type_architectures"],
