@@ -266,7 +266,7 @@ class Pruner:
         freed = before - dir_bytes(storage)
         if freed > 0:
             self.removed += 1
-            self.say(f"the tests' registry: {freed / GB:.2f} GB of blobs no tag references collected")
+            self.say(f"the tests' registry: {size(freed)} of blobs no tag references collected")
 
 
 def stale_tags(repositories: str) -> List[str]:
@@ -311,6 +311,10 @@ def parse_time(text: str) -> Optional[float]:
     return float(seconds)
 
 
+def size(n: float) -> str:
+    return f"{n / GB:.2f} GB" if abs(n) >= GB else f"{n / (1 << 20):.1f} MB"
+
+
 def age(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds / 60:.0f} min"
@@ -338,7 +342,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "--base-grace-hours", type=float, default=24.0, help="superseded bases and root filesystems used within this stay (default 24)"
     )
     parser.add_argument(
-        "--dangling-minutes", type=float, default=DANGLING_AFTER_MIN, help=f"dangling images younger than this stay (default {DANGLING_AFTER_MIN:g})"
+        "--dangling-minutes",
+        type=float,
+        default=DANGLING_AFTER_MIN,
+        help=f"dangling images younger than this stay (default {DANGLING_AFTER_MIN:g})",
     )
     parser.add_argument("--if-daemon", action="store_true", help="where no Docker daemon answers, say so and prune the cache only")
     opts = parser.parse_args(list(argv) if argv is not None else None)
@@ -366,10 +373,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     pruner.registry()
     after = free_bytes(watched)
     freed = sum(after[dev][1] - before[dev][1] for dev in before if dev in after)
-    where = ", ".join(f"{path}: {after[dev][1] / GB:.1f} GB free" for dev, (path, _) in after.items())
+    where = ", ".join(f"{path}: {size(after[dev][1])} free" for dev, (path, _) in after.items())
     what = "sweep" if opts.sweep else "prune"
-    if pruner.removed or opts.dry_run:
-        pruner.say(f"{what} done: about {max(freed, 0) / GB:.2f} GB freed ({where})")
+    if opts.dry_run:
+        pruner.say(f"{what}: a dry run, nothing removed ({where})")
+    elif pruner.removed:
+        pruner.say(f"{what} done: about {size(max(freed, 0))} freed ({where})")
     else:
         pruner.say(f"{what} done: nothing the project left to remove ({where})")
     return 0

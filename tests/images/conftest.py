@@ -169,9 +169,10 @@ def registry(tmp_path_factory):
     """A real registry (Debian's docker-registry, distribution 2.x) on 127.0.0.1: its address.
     Its blobs stay in the cache between runs, like the daemon's layers: a push compresses every
     layer it sends (about 2 minutes for a 3 GB engine base here), and a registry that already
-    holds the base takes only the compat layers. Each run pushes its own tags and removes them;
-    `make test` and `make docker-prune` collect what no tag references (compat_build.prune), never
-    while a session holds the storage's lock, as this one does while it serves."""
+    holds the base takes only the compat layers. Each run pushes its own tags; `make test` and
+    `make docker-prune` keep each repository's newest and collect the blobs only older ones
+    referenced (compat_build.prune), never while a session holds the storage's lock, as this one
+    does while it serves."""
     from compat_build.prune import registry_lock, registry_storage
 
     binary = shutil.which("docker-registry")

@@ -127,3 +127,20 @@ def test_too_little_shared_memory_is_triaged_with_its_fix(images, containers, im
     log = srv.log()
     assert "Insufficient space in /dev/shm" in log
     assert triaged(tmp_path, log) == "SHM"
+
+
+@pytest.mark.parametrize("card", ["nv-a100@next"])
+def test_a_noexec_tmp_fails_the_engines_compiled_kernels_and_is_triaged_with_its_fix(images, containers, image_models, tmp_path, card):
+    """Why the platform's /tmp must allow exec (README, "What an image needs from the platform"):
+    on Docker's default tmpfs, the newest CPU engine compiles the model with torch's inductor (no
+    --enforce-eager) into its cache under HOME=/tmp and cannot load what it wrote. The start
+    fails; the launcher said why before it, and triage names NOEXEC with the fix."""
+    port = free_port()
+    args = ["--max-model-len", "256", "--port", str(port), "--host", "127.0.0.1", "--dtype", "float32"]
+    run = dict(platform_run_kwargs(image_models("457-generic")), tmpfs={"/tmp": ""})
+    srv = containers.run("noexec", images.built_here(card)["tag"], args, port, **run)
+    assert srv.wait_ready() is False
+    log = srv.log()
+    assert "failed to map segment from shared object" in log, log[-3000:]
+    assert "[compat] /tmp is on a noexec mount" in log
+    assert triaged(tmp_path, log) == "NOEXEC"
