@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CARD   ?= nv-a100
 
-.PHONY: conformance help venv author-env engine-env engine055-env engine-next-env upstream-src envs base-engine base-engine055 base-engine-next bases-in-daemon images-in-daemon base-images images demo test test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
+.PHONY: conformance help venv author-env engine-env engine055-env engine-next-env upstream-src envs base-engine base-engine055 base-engine-next bases-in-daemon images-in-daemon base-images images docker-prune demo test test-in-daemon test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
 
 help:
 	@echo "make demo        build an example broken model and show what the $(CARD) image would do"
@@ -19,6 +19,7 @@ help:
 	@echo "make render      build contexts of every card into build/<card>/ (and cards/*/task_info.env)"
 	@echo "make build CARD=nv-a100   build a card image with Docker (CARD=all for every card)"
 	@echo "make images     every card image built on local stand-ins of the vendor bases (starts a Docker daemon if none answers)"
+	@echo "make docker-prune         remove what the project left in Docker and its cache (old bases, test images, registry blobs)"
 	@echo "make bench-images         image size, rebuild and container start figures"
 	@echo "make release-check        every step of the v* release workflow except push and register (BASES=local: on the local bases)"
 	@echo "make lint        ruff, ruff format, vermin (runtime stays Python 3.10), shellcheck, hadolint, actionlint"
@@ -64,14 +65,28 @@ base-images:
 images:
 	@$(WITH_DOCKER) $(MAKE) --no-print-directory -j4 images-in-daemon
 
+# What the project left in Docker and in its cache (compat_build/prune.py says what and why):
+# superseded bases and root filesystems, dangling images, test containers and tags, the tests'
+# registry's unreferenced blobs. Standard library only: it runs without the venvs.
+# PRUNE_ARGS: --dry-run, --grace-hours H, --base-grace-hours H.
+docker-prune:
+	@$(WITH_DOCKER) $(PYTHON) -m compat_build.prune $(PRUNE_ARGS)
+
 demo: venv author-env
 	@$(PY) scripts/demo.py --card $(CARD)
 
-# The venvs and the base images build side by side (downloads and imports overlap the one
-# compile, vLLM 0.5.5's), then the card images, then every test, all against one daemon. Where no
-# daemon can be had the images are skipped, saying so, and so is the image tier (not under CI).
+# The leftovers of earlier runs swept first (killed runs' containers and test tags, superseded
+# builds: compat_build.prune --sweep), then the venvs and the base images side by side (downloads
+# and imports overlap the one compile, vLLM 0.5.5's), then the card images, then every test, all
+# against one daemon. Where no daemon can be had the images are skipped, saying so, and so is the
+# image tier (not under CI). with-docker.sh execs make, and make runs pytest without a shell
+# between: a kill of the run reaches pytest (make passes SIGTERM on to its children).
 test:
-	@$(WITH_DOCKER) sh -c '$(MAKE) --no-print-directory -j4 envs images-in-daemon IF_DAEMON=--if-daemon && $(PY) -m pytest'
+	@$(WITH_DOCKER) $(MAKE) --no-print-directory test-in-daemon
+test-in-daemon:
+	@$(PYTHON) -m compat_build.prune --sweep --if-daemon
+	@$(MAKE) --no-print-directory -j4 envs images-in-daemon IF_DAEMON=--if-daemon
+	$(PY) -m pytest
 
 test-fast: venv author-env upstream-src
 	$(PY) -m pytest -m "not e2e and not images"

@@ -16,6 +16,21 @@ from tests.fixtures.committed import COMMITTED, VARIANTS  # noqa: E402
 from tests.fixtures.factory import build  # noqa: E402
 
 
+def pytest_addoption(parser):
+    # Here, not in tests/images/conftest.py: pytest reads options only from the conftests it loads
+    # at start, and a plain `pytest` run loads that one late.
+    parser.addoption(
+        "--image",
+        action="append",
+        default=[],
+        metavar="CARD=REF",
+        help="the image tier (tests/images) tests this image as CARD's instead of building one on the local "
+        "bases, e.g. a vendor-based `make build` image before its push; only the given cards' tests run, and "
+        "those that need an image built here (serving on the CPU engine, the committed profile, builds on "
+        "its base) skip",
+    )
+
+
 @pytest.fixture(scope="session")
 def models(tmp_path_factory):
     """The committed tiny models (tests/fixtures/models: metadata only, saved by their authors'

@@ -153,6 +153,22 @@ TRIAGE = (
         ),
     ),
     Code(
+        "NOEXEC",
+        TRIAGE_ONLY,
+        "the temp dir is mounted noexec",
+        "The images set HOME=/tmp, and the engine's just-in-time kernels (Triton's, torch inductor's) are "
+        "compiled into caches there and loaded as shared objects; a /tmp mounted noexec refuses to map them "
+        "(Docker mounts `--tmpfs /tmp` noexec unless told otherwise). The launcher says so at start when it "
+        "sees HOME or the temp dir on a noexec mount. The model is not the cause.",
+        "give the container a writable /tmp that allows exec: docker run --tmpfs /tmp:exec (a Kubernetes "
+        "emptyDir allows it); or point HOME and TMPDIR at such a directory",
+        (
+            r"failed to map segment from shared object",
+            r"is on a noexec mount",
+            r": /tmp/\S+: Permission denied",
+        ),
+    ),
+    Code(
         "GGUF",
         TRIAGE_ONLY,
         "a GGUF checkpoint",

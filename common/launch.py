@@ -208,6 +208,27 @@ def _stop_children() -> None:
                 pass
 
 
+def _say_noexec(env: Mapping[str, str]) -> None:
+    """Say so when HOME (the images set HOME=/tmp) or the temp dir is on a noexec mount: the
+    engine compiles its just-in-time kernels (Triton, torch inductor) into caches there and loads
+    them as shared objects, which such a mount refuses, and it then fails far from the cause
+    (triage's NOEXEC). The preflight itself needs no exec there. One statvfs per directory."""
+    seen = set()
+    for directory in (env.get("HOME"), env.get("TMPDIR") or "/tmp"):
+        if not directory or directory in seen:
+            continue
+        seen.add(directory)
+        try:
+            noexec = os.statvfs(directory).f_flag & os.ST_NOEXEC
+        except (OSError, AttributeError, ValueError):  # gone, or no ST_NOEXEC on this system
+            continue
+        if noexec:
+            say(
+                f"{directory} is on a noexec mount: the engine's compiled kernels cached there cannot be loaded "
+                "(NOEXEC); give the container an executable /tmp (docker run --tmpfs /tmp:exec)"
+            )
+
+
 def _sane(plan: Plan, user_args: List[str]) -> bool:
     """The last guard of red lines 4 and 5: strings only, and the user's arguments passed whole,
     in order, last; only the value of their own --hf-overrides may differ (ours merged in)."""
@@ -267,6 +288,7 @@ def _launch(user_args: List[str], env: Mapping[str, str]) -> NoReturn:
     if env.get("COMPAT_DISABLE") == "1":
         say("COMPAT_DISABLE=1: starting vLLM untouched")
     else:
+        _say_noexec(env)
         plan = _planned(model_dir, user_args, env)
         if plan is not None:
             exec_env.update(plan.env)

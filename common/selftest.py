@@ -2,8 +2,10 @@
 
 Runs this image's own entrypoint the way the platform runs it, on the two small models bundled
 with the image (metadata only, under selftest/models/ beside the runtime package: a model saved
-by transformers 5 and a clean one), with vLLM replaced by a recorder, and checks what the
-container would exec:
+by transformers 5 and a clean one), with vLLM replaced by a recorder shipped in the image
+(selftest_recorder.py: nothing is exec'd from the temp dir, which the platform may mount noexec),
+and checks what the container would exec. The release gate runs it as the platform runs the image:
+a uid the image does not know, a read-only root, a tmpfs /tmp without exec, no network:
 
   python        the image's Python can run the runtime package (3.10 or newer)
   import        that Python imports the package without PYTHONPATH, from any directory
@@ -22,7 +24,8 @@ container would exec:
 One line per check (`ok   NAME: detail` or `FAIL NAME: detail`); exit 1 when any check fails.
 --json prints one object instead, for the release gate:
 {"passed": bool, "card": str|null, "checks": [{"name", "ok", "detail"}],
- "models": {NAME: {"repairs": [codes], "findings": [codes], "args": [...], "env": {...}}}}
+ "models": {NAME: {"repairs": [codes], "findings": [codes], "args": [...], "env": {...}}},
+ "runtime": {"uid", "gid", "read_only_root", "tmp_noexec"}}
 
 Standard library only; runs on the image's Python (3.10 on the BI-100 base). It is started as a
 file by entrypoint.sh, like bootstrap.py, so it finds the package without PYTHONPATH.
@@ -63,7 +66,11 @@ PLATFORM_ARGS = ["--port", "8000", "--served-model-name", "selftest"]
 # Variables bash itself maintains; a shell between the platform and vLLM may change them.
 SHELL_VARS = {"PWD", "OLDPWD", "_", "SHLVL"}
 # Variables the self-test sets for its runs (the rest of the environment is the container's).
-OURS = ("MODEL_DIR", "COMPAT_VLLM", "COMPAT_WORK_DIR", "COMPAT_CARD", "COMPAT_DISABLE")
+OURS = ("MODEL_DIR", "COMPAT_VLLM", "COMPAT_WORK_DIR", "COMPAT_CARD", "COMPAT_DISABLE", "COMPAT_SELFTEST_RECORD")
+# vLLM's stand-in: shipped executable beside this file, never written into the temp dir, which
+# the platform may mount noexec (the gate runs the self-test so). It writes what it was exec'd
+# with to COMPAT_SELFTEST_RECORD, a file in the scratch dir: only the data needs the temp dir.
+RECORDER = os.path.join(PACKAGE, "selftest_recorder.py")
 RUN_TIMEOUT_S = 600
 TOKENIZER_REPAIRS = ("R3", "R3b")
 
@@ -142,29 +149,6 @@ def check_profile(checks: Checks, expected: Optional[str]) -> Optional[Any]:
     return profile
 
 
-def _recorder(path: str, record: str) -> None:
-    """An executable `vllm` that writes the argv and the environment it was exec'd with (read
-    from /proc, as exec gave it, not Python's locale-coerced copy) to `record`."""
-    python = sys.executable
-    shebang = f"#!{python} -I" if python and len(python) < 100 and not any(c.isspace() for c in python) else ("#!/usr/bin/env python3")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(f"""{shebang}
-import json, os, sys
-env = {{}}
-try:
-    with open("/proc/self/environ", "rb") as fh:
-        for entry in fh.read().split(b"\\0"):
-            key, sep, value = entry.partition(b"=")
-            if sep and key:
-                env.setdefault(os.fsdecode(key), os.fsdecode(value))
-except OSError:
-    env = dict(os.environ)
-with open({record!r}, "w") as fh:
-    json.dump({{"argv": sys.argv, "env": env}}, fh)
-""")
-    os.chmod(path, 0o755)
-
-
 def tree_digest(path: str) -> str:
     """Names, kinds, sizes, mtimes and contents of a tree: any write to it changes the digest
     (red line 1; the unit tests use it too). Files of 50 MiB and more count by size and mtime."""
@@ -185,12 +169,10 @@ def run_entrypoint(model: str, scratch: str, name: str) -> Tuple[Dict[str, str],
     """Start the entrypoint on `model` as the platform would, vLLM being the recorder:
     (the environment given, what was exec'd or None, the work dir, the entrypoint's log)."""
     record = os.path.join(scratch, f"{name}.exec.json")
-    recorder = os.path.join(scratch, f"vllm-{name}")
     work = os.path.join(scratch, f"work-{name}")
-    _recorder(recorder, record)
     env = {k: v for k, v in os.environ.items() if k not in OURS}
     env.setdefault("COMPAT_HOME", HOME)  # the entrypoint's own default inside the image
-    env.update(MODEL_DIR=model, COMPAT_VLLM=recorder, COMPAT_WORK_DIR=work)
+    env.update(MODEL_DIR=model, COMPAT_VLLM=RECORDER, COMPAT_WORK_DIR=work, COMPAT_SELFTEST_RECORD=record)
     try:
         proc = subprocess.run(
             [ENTRYPOINT, *PLATFORM_ARGS],
@@ -320,6 +302,18 @@ def check_clean_model(checks: Checks, name: str, scratch: str) -> None:
     checks.add(name, True, f"nothing added: vllm {' '.join(argv[1:])}, the environment as given")
 
 
+def runtime() -> Dict[str, Any]:
+    """How the container runs: its uid and gid, and whether the root and the temp dir are mounted
+    read-only and noexec (the gate runs the image as the platform does; its report says so)."""
+    facts: Dict[str, Any] = {"uid": os.getuid(), "gid": os.getgid()}
+    for key, path, flag in (("read_only_root", "/", "ST_RDONLY"), ("tmp_noexec", tempfile.gettempdir(), "ST_NOEXEC")):
+        try:
+            facts[key] = bool(os.statvfs(path).f_flag & getattr(os, flag))
+        except (OSError, AttributeError):
+            facts[key] = None
+    return facts
+
+
 def run(expected_card: Optional[str], quiet: bool) -> Checks:
     checks = Checks(quiet)
     check_python(checks)
@@ -349,7 +343,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     opts = parser.parse_args(argv)
     checks = run(opts.card, quiet=opts.json)
     if opts.json:
-        print(json.dumps({"passed": checks.passed, "card": checks.card, "checks": checks.results, "models": checks.models}, indent=1))
+        report = {"passed": checks.passed, "card": checks.card, "checks": checks.results, "models": checks.models, "runtime": runtime()}
+        print(json.dumps(report, indent=1))
     else:
         print(f"selftest: {'passed' if checks.passed else 'FAILED'} ({sum(r['ok'] for r in checks.results)}/{len(checks.results)} checks)")
     return 0 if checks.passed else 1

@@ -2,15 +2,18 @@
 
 Renders the card's context first (compat_build.render), builds it with the manifest's base image
 (override: --base-image or BASE_IMAGE), streams the build's progress, and tags it per the manifest
-(`[release] image` + version). A base the daemon already has is used as it is (made locally, or
-`docker load`ed from a vendor's tarball, as vendor images reach an air-gapped cluster); only a
-missing one is pulled. Expected failures end in one sentence and exit 1, never a traceback: no
-Docker daemon, a base image that cannot be pulled (named as asked for), a failing step (its log
-shown).
+(`[release] image` + version). The revision label is --revision, else REVISION, else the
+checkout's commit (`git rev-parse HEAD`; "unknown" outside a git checkout). A base the daemon
+already has is used as it is (made locally, or `docker load`ed from a vendor's tarball, as vendor
+images reach an air-gapped cluster); only a missing one is pulled. Expected failures end in one
+sentence, never a traceback: no Docker daemon, a base image that cannot be pulled (named as asked
+for), a failing step (its log shown). `all` builds every card even when one fails, then prints a
+summary line per card; the exit status is 1 when any failed.
 """
 
 import argparse
 import os
+import subprocess
 import sys
 from typing import Dict, Iterable, List, Optional
 
@@ -52,6 +55,15 @@ def transport_errors() -> tuple:
     from urllib3.exceptions import HTTPError
 
     return (RequestException, HTTPError)
+
+
+def revision() -> str:
+    """The checkout's commit, what the images' org.opencontainers.image.revision label names."""
+    try:
+        proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=manifest_mod.ROOT, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else "unknown"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -106,6 +118,8 @@ def _explain(card: manifest_mod.Card, base: str, error: str, step: str, log: Lis
             "repository does not exist",
             "no such host",
             "unauthorized",
+            "connection refused",
+            "dial tcp",
         )
     ) and (not step or ": FROM " in step):
         return f"{card.name}: the base image {base} is not on this daemon and cannot be pulled ({error}); log in to its registry, `docker load` it, or pass --base-image"
@@ -117,25 +131,40 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     parser = argparse.ArgumentParser(description="build card images with the Docker SDK")
     parser.add_argument("card", help="a card of build_matrix.toml, or all")
     parser.add_argument("--version", default=os.environ.get("VERSION", "dev"))
-    parser.add_argument("--revision", default=os.environ.get("REVISION", "unknown"))
+    parser.add_argument("--revision", default=os.environ.get("REVISION", ""), help="default: the checkout's commit")
     parser.add_argument("--base-image", default=os.environ.get("BASE_IMAGE", ""))
     opts = parser.parse_args(list(argv) if argv is not None else None)
     try:
         manifest = manifest_mod.load()
         cards = select(manifest, opts.card)
         client = docker_client()
-        for card in cards:
-            tag = manifest_mod.image_ref(manifest, card.name, opts.version)
-            args = {"VERSION": opts.version, "REVISION": opts.revision}
-            if opts.base_image:
-                args["BASE_IMAGE"] = opts.base_image
-            print(f"building {card.name} -> {tag}", flush=True)
-            build_card(client, card, tag, args)
-            print(f"built {tag}")
     except (BuildFailed, manifest_mod.ManifestError) as exc:
         print(f"build: {exc}", file=sys.stderr)
         return 1
-    return 0
+    args = {"VERSION": opts.version, "REVISION": opts.revision or revision()}
+    if opts.base_image:
+        args["BASE_IMAGE"] = opts.base_image
+    results: List[str] = []
+    failed = 0
+    for card in cards:
+        tag = manifest_mod.image_ref(manifest, card.name, opts.version)
+        print(f"building {card.name} -> {tag}", flush=True)
+        try:
+            image_id = build_card(client, card, tag, args)
+        except BuildFailed as exc:
+            # One card's failure does not stop the others: the summary says which failed and why.
+            print(f"build: {exc}", file=sys.stderr, flush=True)
+            why = str(exc).splitlines()[0]
+            results.append(f"FAIL {card.name}: {why[len(card.name) + 2 :] if why.startswith(card.name + ': ') else why}")
+            failed += 1
+            continue
+        print(f"built {tag}", flush=True)
+        results.append(f"ok   {card.name}: {tag} ({image_id[:19]})")
+    if len(cards) > 1:
+        print(f"build: {len(cards) - failed} of {len(cards)} cards built (revision {args['REVISION']})")
+        for line in results:
+            print(f"  {line}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

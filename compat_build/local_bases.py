@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -47,6 +48,13 @@ LABEL = "io.enginex.local-base"
 ROOTFS_SKIP = ("var/cache/apt/archives/", "var/lib/apt/lists/", "dev/")
 PYTHON_SKIP_DIRS = ("site-packages", "test", "idlelib", "tkinter", "ensurepip")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+GB = 1 << 30
+# Free space asked for before the long steps start (and fail an hour in, half written): debootstrap
+# writes a few hundred MB into the cache; an import stores the whole base (its files, counted
+# first) in the daemon's data root, plus room for its metadata and the builds on top of it.
+ROOTFS_FREE = 2 * GB
+IMPORT_MARGIN = 2 * GB
+PROGRESS_EVERY_S = 15.0  # a line at least this often while a long step runs (debootstrap, import)
 
 
 class BaseError(RuntimeError):
@@ -141,6 +149,49 @@ def daemon_answers() -> bool:
 NO_DAEMON = "no Docker daemon answers: nothing built (the image tier skips, and fails under CI)"
 
 
+def used_dir() -> str:
+    """Where each base's and root filesystem's last use is stamped (a file's mtime): `make
+    docker-prune` keeps what any checkout on this machine used lately, whatever its key is here."""
+    return os.path.join(cache_dir(), "used")
+
+
+def _stamp(name: str) -> str:
+    """The stamp file of a base's tag or a root filesystem's directory name."""
+    return os.path.join(used_dir(), name.replace("/", "+").replace(":", "+"))
+
+
+def stamp_use(name: str) -> None:
+    try:
+        os.makedirs(used_dir(), exist_ok=True)
+        with open(_stamp(name), "a"):
+            pass
+        os.utime(_stamp(name))
+    except OSError:  # a stamp is a courtesy to the prune, never a reason to fail a build
+        pass
+
+
+def last_use(name: str) -> Optional[float]:
+    try:
+        return os.stat(_stamp(name)).st_mtime
+    except OSError:
+        return None
+
+
+def need_free(path: str, needed: int, what: str) -> None:
+    """BaseError when the filesystem of `path` has less than `needed` bytes free."""
+    probe = path
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    st = os.statvfs(probe)
+    free = st.f_bavail * st.f_frsize
+    if free < needed:
+        raise BaseError(
+            f"{what} needs about {needed / GB:.1f} GB free at {probe}, and {free / GB:.1f} GB are: "
+            "`make docker-prune` removes what the project left (superseded bases and root filesystems, "
+            "old test images), or free space there"
+        )
+
+
 def ensure_rootfs(rootfs: Dict, out=sys.stdout) -> str:
     """The Debian root filesystem, made once per spec with debootstrap (root and Debian's packages
     needed); returns its directory. Bases imported side by side (`make -j`) wait for one another
@@ -151,23 +202,52 @@ def ensure_rootfs(rootfs: Dict, out=sys.stdout) -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.path.isfile(os.path.join(target, ".complete")):
             _debootstrap(rootfs, target, out)
+    stamp_use(os.path.basename(target))
     return target
 
 
 def _debootstrap(rootfs: Dict, target: str, out) -> None:
     if os.geteuid() != 0:
         raise BaseError("making the base images' root filesystem needs root (debootstrap)")
+    need_free(cache_dir(), ROOTFS_FREE, "debootstrap")
     subprocess.run([os.path.join(ROOT, "scripts", "apt-install.sh"), "debootstrap"], check=True)
     shutil.rmtree(target, ignore_errors=True)
     os.makedirs(target)
-    out.write(f"local-bases: debootstrap {rootfs['suite']} into {target}\n")
+    out.write(f"local-bases: debootstrap {rootfs['suite']} into {target} (about a minute with a warm mirror)\n")
     out.flush()
     cmd = ["debootstrap", "--variant=minbase", "--include=" + ",".join(rootfs["packages"])]
-    proc = subprocess.run([*cmd, rootfs["suite"], os.path.join(target, "fs"), rootfs["mirror"]], capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise BaseError(f"debootstrap failed (exit {proc.returncode}):\n{tail}")
+    proc = subprocess.Popen(
+        [*cmd, rootfs["suite"], os.path.join(target, "fs"), rootfs["mirror"]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+    )
+    tail = _debootstrap_progress(proc.stdout, out)
+    if proc.wait() != 0:
+        raise BaseError(f"debootstrap failed (exit {proc.returncode}):\n" + "\n".join(tail[-15:]))
     open(os.path.join(target, ".complete"), "w").close()
+
+
+def _debootstrap_progress(lines, out) -> List[str]:
+    """debootstrap's `I: Retrieving ...`, `I: Unpacking ...` lines, one when its phase changes
+    and otherwise one every PROGRESS_EVERY_S; returns the last lines for an error message."""
+    tail: List[str] = []
+    phase, said, count = "", 0.0, 0
+    for line in lines:
+        line = line.rstrip()
+        tail = (tail + [line])[-30:]
+        if not line.startswith("I: "):
+            continue
+        count += 1
+        verb = line[3:].split(" ", 1)[0]
+        now = time.monotonic()
+        if verb != phase or now - said >= PROGRESS_EVERY_S:
+            out.write(f"local-bases: debootstrap: {line[3:]}" + (f" (step {count})" if verb == phase else "") + "\n")
+            out.flush()
+            phase, said = verb, now
+    return tail
 
 
 def _python_home(venv: str) -> str:
@@ -265,34 +345,102 @@ def write_base_tar(tar: tarfile.TarFile, fs: str, base: Base) -> str:
     return venv
 
 
+def tree_bytes(top: str, skip_dirs: Tuple[str, ...] = ()) -> int:
+    """The bytes of the regular files under `top` (links not followed), as a tar of it holds."""
+    total = 0
+    for directory, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if d not in skip_dirs]
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(directory, name))
+            except OSError:
+                continue
+            if not os.path.islink(os.path.join(directory, name)):
+                total += st.st_size
+    return total
+
+
+def base_bytes(fs: str, base: Base) -> int:
+    """About what the base's tar stream carries: the rootfs, the Python, the venv, vendor trees."""
+    venv = venv_dir(base)
+    total = tree_bytes(fs) + tree_bytes(_python_home(venv), PYTHON_SKIP_DIRS) + tree_bytes(venv)
+    return total + sum(tree_bytes(os.path.join(VENDOR_DIR, tree)) for tree in base.vendor)
+
+
+def docker_root() -> Optional[str]:
+    """The daemon's data root when it is a directory of this machine (a local daemon), else None."""
+    try:
+        proc = subprocess.run(["docker", "info", "-f", "{{.DockerRootDir}}"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    root = proc.stdout.strip()
+    return root if proc.returncode == 0 and root and os.path.isdir(root) else None
+
+
+class _Progress:
+    """A file that counts what goes through it to `sink` and says how far the stream is, at most
+    every PROGRESS_EVERY_S: an import of several GB says where it is instead of going silent."""
+
+    def __init__(self, sink, total: int, what: str, out) -> None:
+        self.sink, self.total, self.what, self.out = sink, max(total, 1), what, out
+        self.sent, self.started = 0, time.monotonic()
+        self.said = self.started
+
+    def write(self, data) -> int:
+        written = self.sink.write(data)
+        self.sent += len(data)
+        now = time.monotonic()
+        if now - self.said >= PROGRESS_EVERY_S:
+            self.said = now
+            percent = min(99, 100 * self.sent // self.total)
+            self.out.write(
+                f"local-bases: {self.what}: {self.sent / GB:.1f} of about {self.total / GB:.1f} GB sent ({percent}%, {now - self.started:.0f}s)\n"
+            )
+            self.out.flush()
+        return written
+
+    def flush(self) -> None:
+        self.sink.flush()
+
+
 def import_base(rootfs: Dict, base: Base, out=sys.stdout) -> str:
     """`docker import` the base unless the daemon has it; returns its tag."""
     tag = tag_of(rootfs, base)
     if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0:
         out.write(f"local-bases: {tag} is there\n")
+        stamp_use(tag)
         return tag
     fs = os.path.join(ensure_rootfs(rootfs, out), "fs")
     venv = venv_dir(base)
+    total = base_bytes(fs, base)
+    data_root = docker_root()
+    if data_root:
+        need_free(data_root, total + IMPORT_MARGIN, f"importing {tag} ({total / GB:.1f} GB)")
     changes = [
         f"ENV PATH={venv}/bin:{DEFAULT_PATH}",
         f'LABEL {LABEL}="{base.name}" org.opencontainers.image.description="enginex-compat local stand-in: {base.describes}"',
         'CMD ["/bin/bash"]',
     ]
-    out.write(f"local-bases: importing {tag} ({base.describes})\n")
+    out.write(f"local-bases: importing {tag} ({base.describes}; about {total / GB:.1f} GB)\n")
     out.flush()
     cmd = ["docker", "import", *(a for c in changes for a in ("--change", c)), "-", tag]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    progress = _Progress(proc.stdin, total, f"importing {tag}", out)
     try:
-        with proc.stdin, tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        with proc.stdin, tarfile.open(fileobj=progress, mode="w|", format=tarfile.PAX_FORMAT) as tar:
             write_base_tar(tar, fs, base)
     except BrokenPipeError:  # the daemon refused the stream: its answer says why
         pass
+    out.write(f"local-bases: {tag}: {progress.sent / GB:.1f} GB sent; the daemon is storing it\n")
+    out.flush()
     stdout, stderr = proc.stdout.read(), proc.stderr.read()
     proc.wait()
     if proc.returncode != 0:
         raise BaseError(
             f"docker import of {tag} failed: {stderr.decode(errors='replace').strip() or stdout.decode(errors='replace').strip()}"
         )
+    out.write(f"local-bases: imported {tag} in {time.monotonic() - progress.started:.0f}s\n")
+    stamp_use(tag)
     return tag
 
 

@@ -278,3 +278,20 @@ def image_ref(manifest: Manifest, card: str, version: str) -> str:
     registry = os.environ.get("COMPAT_RELEASE_REGISTRY") or manifest.release["registry"]
     repository = manifest.release["image"].format(registry=registry, card=name)
     return f"{repository}:{version}"
+
+
+# Images built on the local stand-ins of the vendor bases (make images, the image tier, release-check
+# --local-bases) are named apart from the release's: they never overwrite a `make build` image on
+# the same daemon, and no push can publish one (`.invalid` never resolves: RFC 6761).
+STANDIN_REGISTRY = "standin.invalid/enginex-compat"
+
+
+def standin_ref(manifest: Manifest, card: str, version: str) -> str:
+    """The name of a card's image built on a local stand-in base: the release's repository under
+    STANDIN_REGISTRY, whatever COMPAT_RELEASE_REGISTRY says."""
+    name = manifest.cards[card].image_name if card in manifest.cards else card
+    return manifest.release["image"].format(registry=STANDIN_REGISTRY, card=name) + f":{version}"
+
+
+def is_standin(image_ref: str) -> bool:
+    return image_ref.startswith(STANDIN_REGISTRY + "/")

@@ -10,10 +10,12 @@ usage: python -m compat_build.release matrix
        python -m compat_build.release check [--local-bases]   (make release-check [BASES=local])
 
 The image job is build -> selftest -> push -> register, as in jupyter/docker-stacks: the built
-image runs its own self-test (`docker run --rm IMAGE selftest`, common/selftest.py: its entrypoint
-on the models bundled in it, vLLM replaced by a recorder); `push` pushes only the image that
-passed (the same image id, read from the self-test's report) and prints the pushed digest;
-`register` registers that digest, so the platform runs exactly what was tested.
+image runs its own self-test (common/selftest.py: its entrypoint on the models bundled in it, vLLM
+replaced by a recorder) the way the platform runs the image: `docker run --rm --user 54321:54321
+--read-only --tmpfs /tmp --network none IMAGE selftest` (a uid the image does not know, a read-only
+root, Docker's default tmpfs, which allows no exec); `push` pushes only the image that passed (the
+same image id, read from the self-test's report) and prints the pushed digest; `register`
+registers that digest, so the platform runs exactly what was tested.
 
 Platform calls read MODELHUB_TOKEN (a CI secret) and MODELHUB_API (default: build_matrix.toml's
 api_base). `check` runs every step of the workflow except push and register: manifest, task_info
@@ -40,6 +42,12 @@ ROOT = manifest_mod.ROOT
 BUILD_DIR = os.path.join(ROOT, "build")
 CARD_LABEL = "io.enginex.card"  # set by the Dockerfile: which card an image was built for
 SELFTEST_TIMEOUT_S = 1200  # two preflights with verification; a hung self-test fails the gate
+# How the gate runs the image: as the platform does (README, "What an image needs from the
+# platform"), at its strictest. Any uid: one no image knows. A read-only root with a tmpfs /tmp
+# that allows no exec (Docker's default for --tmpfs): the preflight and the self-test need only a
+# writable /tmp; exec there is the engine's need (its compiled kernel caches), not the gate's.
+PLATFORM_USER = "54321:54321"
+PLATFORM_TMPFS = {"/tmp": ""}  # "": Docker's defaults, rw,noexec,nosuid,nodev
 
 
 class GateFailed(RuntimeError):
@@ -126,12 +134,14 @@ def _selftest_output(stdout: str) -> Optional[Dict[str, Any]]:
 
 
 def selftest(client, card: str, image_ref: str, report_path: str = "", out=sys.stdout) -> Dict[str, Any]:
-    """The release gate: `docker run --rm --network none IMAGE selftest --card CARD --json`, the
-    image's own entrypoint and Python on the models bundled in it. Prints a line per check and
-    returns the report (written to `report_path` too, passed or not); raises GateFailed unless
-    every check passed in an image labelled for `card`."""
+    """The release gate: `docker run --rm --user 54321:54321 --read-only --tmpfs /tmp --network none
+    IMAGE selftest --card CARD --json`, the image's own entrypoint and Python on the models bundled
+    in it, run as the platform runs the image. Prints a line per check and returns the report
+    (written to `report_path` too, passed or not); raises GateFailed unless every check passed in
+    an image labelled for `card`."""
     from docker.errors import DockerException
 
+    from . import owner
     from .build import transport_errors
 
     api = client.api
@@ -142,6 +152,7 @@ def selftest(client, card: str, image_ref: str, report_path: str = "", out=sys.s
         "passed": False,
         "checks": [],
         "models": {},
+        "runtime": {},
         "problem": "",
     }
 
@@ -163,8 +174,13 @@ def selftest(client, card: str, image_ref: str, report_path: str = "", out=sys.s
         label = ((info.get("Config") or {}).get("Labels") or {}).get(CARD_LABEL)
         if label != card:
             return done(f"the image is labelled {CARD_LABEL}={label!r}, not {card!r}")
+        host_config = api.create_host_config(network_mode="none", read_only=True, tmpfs=dict(PLATFORM_TMPFS))
         container = api.create_container(
-            image_ref, command=["selftest", "--card", card, "--json"], host_config=api.create_host_config(network_mode="none")
+            image_ref,
+            command=["selftest", "--card", card, "--json"],
+            user=PLATFORM_USER,
+            host_config=host_config,
+            labels=owner.labels(),
         )
         api.start(container)
         status = api.wait(container, timeout=SELFTEST_TIMEOUT_S).get("StatusCode")
@@ -183,6 +199,7 @@ def selftest(client, card: str, image_ref: str, report_path: str = "", out=sys.s
         tail = " | ".join((stdout + stderr).strip().splitlines()[-12:]) or "no output"
         return done(f"exit {status} without a self-test report: {tail}")
     report["checks"], report["models"] = result["checks"], result.get("models") or {}
+    report["runtime"] = result.get("runtime") or {}
     for check in result["checks"]:
         out.write(f"{'ok  ' if check.get('ok') else 'FAIL'} {card} selftest {check.get('name')}: {check.get('detail')}\n")
     out.flush()
@@ -215,6 +232,8 @@ def push(client, card: str, image_ref: str, tested: Dict[str, Any], out=sys.stde
 
     from .build import transport_errors
 
+    if manifest_mod.is_standin(image_ref):
+        raise GateFailed(f"{card}: {image_ref} is built on a local stand-in of the vendor base; never pushed")
     if not tested.get("passed") or tested.get("card") != card or tested.get("image") != image_ref:
         raise GateFailed(f"{card}: {image_ref} has no passed self-test ({tested.get('problem') or 'no report for it'}); not pushed")
     repository, tag, _ = split_ref(image_ref)
@@ -259,6 +278,11 @@ def summary(card: str, report: Optional[Dict[str, Any]], ref: str, tag: str) -> 
     lines.append(f"| self-test | {verdict} ({passed}/{len(checks)} checks) |")
     if report.get("image_id"):
         lines.append(f"| tested image id | `{report['image_id']}` |")
+    run = report.get("runtime") or {}
+    if run:
+        ro = "read-only root" if run.get("read_only_root") else "writable root"
+        tmp = "/tmp without exec" if run.get("tmp_noexec") else "/tmp with exec"
+        lines.append(f"| self-test ran as | uid {run.get('uid')}, {ro}, {tmp} |")
     for model, seen in sorted((report.get("models") or {}).items()):
         repairs = ", ".join(seen.get("repairs") or []) or "none"
         lines.append(f"| repairs for {model} | {repairs} |")
@@ -341,7 +365,9 @@ def check(out_dir: str, local_bases: bool = False) -> int:
                 step("local bases", False, str(exc))
                 args = {}
         for name in args:
-            tag = manifest_mod.image_ref(manifest, name, "release-check")
+            # On the local bases the images are stand-ins, named apart from the release's.
+            version = "release-check"
+            tag = manifest_mod.standin_ref(manifest, name, version) if local_bases else manifest_mod.image_ref(manifest, name, version)
             try:
                 build_card(client, manifest.cards[name], tag, args[name])
                 step(f"{name}: docker build", True)
@@ -350,7 +376,7 @@ def check(out_dir: str, local_bases: bool = False) -> int:
                 continue
             try:
                 selftest(client, name, tag)
-                step(f"{name}: selftest", True, f"docker run --rm {tag} selftest")
+                step(f"{name}: selftest", True, f"docker run --rm --user {PLATFORM_USER} --read-only --tmpfs /tmp {tag} selftest")
             except GateFailed as exc:
                 step(f"{name}: selftest", False, str(exc))
     verdict = (

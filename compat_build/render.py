@@ -68,6 +68,14 @@ def _copy(src: str, dst: str, ignore=_steps_ignore) -> None:
         shutil.copyfile(src, dst)
 
 
+def _is_script(path: str) -> bool:
+    """A shell script, or a file the image execs by its #! line (the self-test's vLLM recorder)."""
+    if path.endswith(".sh"):
+        return True
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"#!"
+
+
 def _normalize_modes(root: str) -> None:
     """Same bytes and modes whatever the checkout's umask: files 0644, scripts and dirs 0755."""
     for base, dirs, files in os.walk(root):
@@ -75,7 +83,7 @@ def _normalize_modes(root: str) -> None:
             os.chmod(os.path.join(base, d), 0o755)
         for f in files:
             path = os.path.join(base, f)
-            os.chmod(path, 0o755 if f.endswith(".sh") else 0o644)
+            os.chmod(path, 0o755 if _is_script(path) else 0o644)
 
 
 def dockerfile(card: manifest_mod.Card) -> str:

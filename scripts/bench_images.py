@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from compat_build import images as images_mod  # noqa: E402
-from compat_build import manifest  # noqa: E402
+from compat_build import manifest, owner  # noqa: E402
 from compat_build.build import docker_client  # noqa: E402
 from compat_build.render import render_card  # noqa: E402
 from tests.fixtures.factory import build as build_model  # noqa: E402
@@ -67,7 +67,8 @@ def ready_seconds(client, tag: str, model: Path, env: dict) -> float:
     port = free_port()
     run = platform_run_kwargs(model, env)
     start = time.monotonic()
-    container = client.containers.run(tag, ["--max-model-len", "256", "--port", str(port), "--host", "127.0.0.1"], detach=True, **run)
+    argv = ["--max-model-len", "256", "--port", str(port), "--host", "127.0.0.1"]
+    container = client.containers.run(tag, argv, detach=True, labels=owner.labels(), **run)  # a killed bench's: swept by make test
     try:
         while time.monotonic() - start < READY_TIMEOUT_S:
             try:

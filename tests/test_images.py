@@ -19,8 +19,8 @@ from tests.ports import free_port
 from tests.test_library_patches import VENVS
 
 ROOT = Path(__file__).resolve().parents[1]
-# Every image of a release: the cards' default engines and their variants.
-CARDS = ["hygon-k100", "iluvatar-bi100", "nv-a100", "nv-a100@next"]
+# Every image of a release: the cards' default engines and their variants, from the matrix.
+CARDS = manifest.card_names(manifest.load())
 WORKFLOW = ROOT / ".gitea" / "workflows" / "docker-build-push.yml"
 TEST_WORKFLOW = ROOT / ".gitea" / "workflows" / "test.yml"
 BIN = Path(sys.executable).parent
@@ -380,3 +380,45 @@ def test_a_daemon_that_dies_mid_build_ends_the_build_in_one_sentence():
         api.close()
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "nv-a100: the Docker daemon's answer could not be read" in result.stderr and "last step: Step 2/16" in result.stderr
+
+
+def test_stand_ins_are_named_apart_from_the_release_and_never_pushed(tmp_path):
+    """Built on a local base, an image takes a name no `make build` image has and no push can
+    publish (`.invalid` never resolves); `release push` refuses one before asking the daemon."""
+    m = manifest.load()
+    for card in CARDS:
+        standin, release_ref = manifest.standin_ref(m, card, "dev"), manifest.image_ref(m, card, "dev")
+        assert manifest.is_standin(standin) and not manifest.is_standin(release_ref)
+        assert standin.rsplit("/", 1)[1] == release_ref.rsplit("/", 1)[1]  # same repository name, another registry
+        assert standin.split("/", 1)[0] == "standin.invalid"
+    api = DockerAPI([], images={})
+    try:
+        env = {"DOCKER_HOST": api.url, "COMPAT_RELEASE_REGISTRY": manifest.STANDIN_REGISTRY}
+        ref = manifest.standin_ref(m, "nv-a100", VERSION)
+        pushed = python_module("compat_build.release", "push", "nv-a100", VERSION, "--tested", str(_tested(tmp_path, image=ref)), env=env)
+    finally:
+        api.close()
+    assert pushed.returncode == 1 and "built on a local stand-in of the vendor base; never pushed" in pushed.stderr
+    assert api.pushes == []
+
+
+def test_make_build_of_every_card_sums_up_the_failures():
+    """`make build CARD=all` where the daemon dies on every build: each card is tried, then one
+    summary line per card, exit 1."""
+    api = DockerAPI([{"stream": "Step 1/16 : ARG BASE_IMAGE=x\n"}, DROP])
+    try:
+        result = python_module("compat_build.build", "all", env={"DOCKER_HOST": api.url, "REVISION": ""})
+    finally:
+        api.close()
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert f"build: 0 of {len(CARDS)} cards built (revision {head})" in result.stdout
+    for card in CARDS:
+        assert f"building {card} -> " in result.stdout
+        assert f"  FAIL {card}: the Docker daemon's answer could not be read" in result.stdout
+
+
+def test_the_gate_report_says_how_the_self_test_ran(tmp_path):
+    report = _tested(tmp_path, runtime={"uid": 54321, "gid": 54321, "read_only_root": True, "tmp_noexec": True})
+    result = python_module("compat_build.release", "summary", "nv-a100", "--report", str(report), "--tag", VERSION)
+    assert "| self-test ran as | uid 54321, read-only root, /tmp without exec |" in result.stdout

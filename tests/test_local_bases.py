@@ -107,3 +107,44 @@ def test_every_card_has_a_base_made_of_its_snapshot_venv():
     _, bases = load_spec()
     for card in manifest.card_names(m):
         assert local_bases.base_for_card(m.cards[card], bases).venv_link == m.cards[card].snapshot_env
+
+
+def test_an_import_says_how_far_its_stream_is(monkeypatch):
+    """`docker import` of a base is minutes of silence otherwise: the stream counts what goes
+    through it and says so, at most every PROGRESS_EVERY_S."""
+    monkeypatch.setattr(local_bases, "PROGRESS_EVERY_S", 0.0)
+    sink, out = io.BytesIO(), io.StringIO()
+    progress = local_bases._Progress(sink, 4 * local_bases.GB, "importing enginex-compat/base-x:k", out)
+    progress.write(b"x" * (1 << 20))
+    assert sink.getvalue() == b"x" * (1 << 20) and progress.sent == 1 << 20
+    assert out.getvalue().startswith("local-bases: importing enginex-compat/base-x:k: 0.0 of about 4.0 GB sent (0%, ")
+
+
+def test_debootstrap_says_each_phase_and_keeps_its_last_lines(monkeypatch):
+    out = io.StringIO()
+    lines = [
+        "I: Retrieving InRelease \n",
+        "I: Retrieving Packages \n",
+        "W: a warning\n",
+        "I: Unpacking base-files...\n",
+        "I: Configuring libc6...\n",
+    ]
+    tail = local_bases._debootstrap_progress(iter(lines), out)
+    said = out.getvalue().splitlines()
+    assert said == [
+        "local-bases: debootstrap: Retrieving InRelease",
+        "local-bases: debootstrap: Unpacking base-files...",
+        "local-bases: debootstrap: Configuring libc6...",
+    ]
+    assert tail[-3:] == ["W: a warning", "I: Unpacking base-files...", "I: Configuring libc6..."]
+
+
+def test_a_long_step_without_the_space_it_needs_stops_first_and_says_what_frees_it(tmp_path):
+    try:
+        local_bases.need_free(str(tmp_path / "not-yet" / "made"), 1 << 60, "importing a base")
+    except local_bases.BaseError as exc:
+        assert f"importing a base needs about {(1 << 60) / local_bases.GB:.1f} GB free at {tmp_path}" in str(exc)
+        assert "`make docker-prune`" in str(exc)
+    else:
+        raise AssertionError("no BaseError")
+    local_bases.need_free(str(tmp_path), 1, "anything")  # enough: nothing said

@@ -125,18 +125,55 @@ def test_entrypoint_check_that_hangs_falls_back_to_vllm(sandbox):
     assert result.argv[1:] == ["serve", str(box.model)] + USER_ARGS
 
 
-def test_ctrl_c_during_the_preflight_stops_the_start(sandbox):
-    """Decided: Ctrl-C means stop, as it would have stopped vLLM. Exit 130, vLLM never started."""
-    box = sandbox()
-    env = box.env(COMPAT_ENGINE_PYTHON=slow_python(box, 30))
-    cmd = [box.python, str(ROOT / "common" / "bootstrap.py"), "launch", "--", *USER_ARGS]
+# Starts a command with SIGINT at the disposition named in argv[1] (SIG_DFL or SIG_IGN), by exec:
+# the pid stays the command's. A disposition of SIG_IGN survives exec; a handler does not.
+WITH_SIGINT = "import os, signal, sys\nsignal.signal(signal.SIGINT, getattr(signal, sys.argv[1]))\nos.execv(sys.argv[2], sys.argv[2:])"
+
+
+def interrupted_launch(box: Sandbox, disposition: str, verifier_seconds: int):
+    """The launcher started with SIGINT at `disposition`, sent SIGINT once its verifier runs (the
+    verifier writes its pid to a file: no guess of how long the start-up takes); (returncode,
+    stderr, the verifier's pid)."""
+    marker = box.base / "verifier-started"
+    verifier = box.base / "slow-python"
+    verifier.write_text(f"#!/bin/sh\necho $$ > {marker}.tmp\nmv {marker}.tmp {marker}\nexec sleep {verifier_seconds}\n")
+    verifier.chmod(0o755)
+    env = box.env(COMPAT_ENGINE_PYTHON=str(verifier))
+    launcher = [box.python, str(ROOT / "common" / "bootstrap.py"), "launch", "--", *USER_ARGS]
+    cmd = [sys.executable, "-c", WITH_SIGINT, disposition, *launcher]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)  # inside the (slow) verification by now
+    deadline = time.monotonic() + 120
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), f"the verifier never ran (launcher exit {proc.poll()})"
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130, err
+    _, err = proc.communicate(timeout=verifier_seconds + 60)
+    return proc.returncode, err, int(marker.read_text())
+
+
+def test_ctrl_c_during_the_preflight_stops_the_start(sandbox):
+    """Decided: Ctrl-C means stop, as it would have stopped vLLM. Exit 130, vLLM never started,
+    and the verifier it interrupted is gone. The launcher starts with SIGINT's default disposition,
+    as a container's process does, whatever this test run inherited (see the next test)."""
+    box = sandbox()
+    returncode, err, verifier = interrupted_launch(box, "SIG_DFL", 60)
+    assert returncode == 130, err
     assert "interrupted (Ctrl-C)" in err and "Traceback" not in err
     assert box.called() is None
+    assert not os.path.exists(f"/proc/{verifier}")  # killed and reaped by the launcher
+
+
+def test_a_sigint_its_starter_ignores_stays_ignored(sandbox):
+    """Why the test above lost its Ctrl-C in a full `make test` session: a command started in the
+    background by a non-interactive shell (`cmd &`, as CI runners and scripts start `make test`)
+    gets SIGINT ignored (POSIX), pytest and every process it starts inherit that, and Python
+    installs no KeyboardInterrupt handler for an ignored SIGINT. The launcher keeps the
+    disposition it was given, as Python and vLLM do, and the start goes on. A container's process
+    never starts so: the platform's Ctrl-C (a stop) reaches the preflight."""
+    box = sandbox()
+    returncode, err, _ = interrupted_launch(box, "SIG_IGN", 3)
+    assert returncode == 0 and "interrupted (Ctrl-C)" not in err, err
+    assert box.called() is not None
 
 
 # -- red line 3: the environment vLLM gets ------------------------------------------------------

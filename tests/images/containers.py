@@ -8,11 +8,14 @@ enough shared memory for vLLM's workers. `platform_run_kwargs` is that, and noth
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from docker.errors import APIError, NotFound
+
+from compat_build import owner
 from tests.engine import COMMON_ENV, START_TIMEOUT_S, Endpoint
 
 # A uid and gid no image knows: the platform may run a container as any user.
@@ -22,12 +25,24 @@ PLATFORM_USER = "54321:54321"
 SHM_SIZE = "1g"
 
 
+# The platform's /tmp, as the README's contract asks for it: writable and executable (the engine
+# loads the kernels it compiles into its caches there). The release gate runs the self-test on
+# Docker's default tmpfs instead, without exec (compat_build.release.PLATFORM_TMPFS).
+PLATFORM_TMPFS = {"/tmp": "rw,exec,size=2g"}
+EXEC_TIMEOUT_S = 120.0
+
+
+class ExecTimeout(AssertionError):
+    """A command run inside a container did not end in time (the container is removed after the
+    test, and what it ran with it)."""
+
+
 def platform_run_kwargs(model: Path, env: Optional[Dict[str, str]] = None) -> dict:
     """docker SDK `containers.run` arguments of a platform start of `model`."""
     return dict(
         user=PLATFORM_USER,
         read_only=True,
-        tmpfs={"/tmp": "rw,exec,size=2g"},
+        tmpfs=dict(PLATFORM_TMPFS),
         volumes={str(model): {"bind": "/model", "mode": "ro"}},
         network_mode="host",
         shm_size=SHM_SIZE,
@@ -41,7 +56,8 @@ class Container(Endpoint):
     def __init__(self, client, image: str, command: List[str], port: int = 0, **kwargs) -> None:
         self.client = client
         self.port = port
-        self.container = client.containers.run(image, command, detach=True, **kwargs)
+        labels = {**owner.labels(), **(kwargs.pop("labels", None) or {})}
+        self.container = client.containers.run(image, command, detach=True, labels=labels, **kwargs)
 
     def log(self) -> str:
         try:
@@ -59,10 +75,26 @@ class Container(Endpoint):
     def wait_exit(self, timeout: float = START_TIMEOUT_S) -> int:
         return int(self.container.wait(timeout=timeout)["StatusCode"])
 
-    def exec(self, *argv: str) -> tuple:
-        """(exit code, output) of a command run inside the running container."""
-        result = self.container.exec_run(list(argv), user=PLATFORM_USER)
-        return result.exit_code, result.output.decode("utf-8", "replace")
+    def exec(self, *argv: str, timeout: float = EXEC_TIMEOUT_S) -> tuple:
+        """(exit code, output) of a command run inside the running container, within `timeout`
+        seconds (the SDK's exec_run has no limit of its own: it waits in a thread here)."""
+        done: Dict[str, object] = {}
+
+        def run() -> None:
+            try:
+                done["result"] = self.container.exec_run(list(argv), user=PLATFORM_USER)
+            except Exception as exc:  # noqa: B902 - handed to the caller's thread
+                done["error"] = exc
+
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
+            raise ExecTimeout(f"{' '.join(argv)} inside {self.container.short_id} ran past {timeout:g}s")
+        if "error" in done:
+            raise done["error"]  # type: ignore[misc]
+        result = done["result"]
+        return result.exit_code, result.output.decode("utf-8", "replace")  # type: ignore[attr-defined]
 
     def remove(self) -> None:
         try:

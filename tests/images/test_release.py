@@ -11,13 +11,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
 import time
 import urllib.request
 
 import pytest
 
 from tests.conftest import TOKEN
-from tests.images.conftest import python_module
+from tests.images.conftest import ROOT, python_module
 from tests.ports import free_port
 
 CARD = "nv-a100@next"
@@ -25,7 +26,8 @@ MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json"
 
 
 def release_env(registry: str) -> dict:
-    return {"COMPAT_RELEASE_REGISTRY": f"{registry}/enginex-compat", "DOCKER_HOST": os.environ.get("DOCKER_HOST", "")}
+    # No REVISION: a build outside CI labels the checkout's commit by itself.
+    return {"COMPAT_RELEASE_REGISTRY": f"{registry}/enginex-compat", "DOCKER_HOST": os.environ.get("DOCKER_HOST", ""), "REVISION": ""}
 
 
 def unique_version() -> str:
@@ -55,10 +57,24 @@ def step(*args: str, env: dict):
 def test_release_pushes_the_tested_image_and_registers_the_registrys_digest(images, registry, platform, docker_client, tmp_path):
     env = release_env(registry)
     version = unique_version()
-    base = images[CARD]["base"]
+    base = images.built_here(CARD)["base"]
+    ref = f"{registry}/enginex-compat/vllm-compat-nv-a100-next:{version}"
+    try:
+        release_job(registry, platform, docker_client, tmp_path, env, version, base, ref)
+    finally:
+        # The run's tag leaves the daemon. The registry keeps it: the next run's sweep keeps each
+        # repository's newest tag there (its blobs, the engine base's among them, spare the next
+        # push minutes) and collects what only older ones referenced (compat_build.prune).
+        if docker_client.images.list(name=ref):
+            docker_client.images.remove(ref)
+
+
+def release_job(registry, platform, docker_client, tmp_path, env, version, base, ref):
     built = step("compat_build.build", CARD, "--version", version, "--base-image", base, env=env)
     assert built.returncode == 0, built.stderr[-3000:]
-    ref = f"{registry}/enginex-compat/vllm-compat-nv-a100-next:{version}"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    # `make build` outside CI (no --revision, no REVISION) labels the checkout's commit.
+    assert docker_client.images.get(ref).labels["org.opencontainers.image.revision"] == head
     assert f"built {ref}" in built.stdout
     report = tmp_path / "selftest.json"
     gate = step("compat_build.release", "selftest", CARD, version, "--report", str(report), env=env)
@@ -80,6 +96,7 @@ def test_release_pushes_the_tested_image_and_registers_the_registrys_digest(imag
     assert body["imageUrl"] == pushed_ref and body["tag"] == version and body["framework"] == "vllm_compat_next"
     summary = step("compat_build.release", "summary", CARD, "--report", str(report), "--ref", pushed_ref, "--tag", version, env=env)
     assert f"| registered | `{pushed_ref}` |" in summary.stdout and "| self-test | passed (6/6 checks) |" in summary.stdout
+    assert "| self-test ran as | uid 54321, read-only root, /tmp without exec |" in summary.stdout
 
 
 HOME = "/opt/enginex-compat"
@@ -103,11 +120,13 @@ def test_a_broken_image_fails_its_gate_and_is_not_pushed(images, registry, docke
     version = unique_version()
     ref = f"{registry}/enginex-compat/vllm-compat-nv-a100-next:{version}"
     dockerfile = f"FROM {images[CARD]['tag']}\nUSER root\n{instruction}\n"
-    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=ref, rm=True)
+    broken, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=ref, rm=True)
     report = tmp_path / "selftest.json"
     try:
         gate = step("compat_build.release", "selftest", CARD, version, "--report", str(report), env=env)
         pushed = step("compat_build.release", "push", CARD, version, "--tested", str(report), env=env)
+        # The gate's container is gone, asked by the image it ran (its id: the tag goes below).
+        leftovers = docker_client.containers.list(all=True, filters={"ancestor": broken.id})
     finally:
         docker_client.images.remove(ref, force=True)
     assert gate.returncode == 1 and f"release selftest: {CARD}: {ref} failed its self-test" in gate.stderr
@@ -117,7 +136,6 @@ def test_a_broken_image_fails_its_gate_and_is_not_pushed(images, registry, docke
     assert registry_digest(registry, ref.rsplit(":", 1)[0], version) is None
     if not failed:
         assert "labelled io.enginex.card='hygon-k100'" in gate.stderr
-    leftovers = docker_client.containers.list(all=True, filters={"ancestor": ref})
     assert leftovers == []
 
 

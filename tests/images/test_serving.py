@@ -19,8 +19,8 @@ from common.triage import triage_file
 from compat_build import manifest
 from tests.engine import ENGINES, COMMON_ENV
 from tests.fixtures.factory import author_record
+from tests.images.cards import serving_cards, transformers5_repairs, vanilla_refusing_cards
 from tests.images.containers import platform_run_kwargs
-from tests.images.test_every_image import TRANSFORMERS5_REPAIRS
 from tests.ports import free_port
 
 # The platform's arguments in these runs: a small context for the CPU engines, float32 for the
@@ -47,12 +47,15 @@ def platform_args(card: str, port: int) -> list:
 
 
 def start(containers, images, card: str, model, name: str, env=None):
+    """The image built here (a given one's engine is the vendor's, which this CPU cannot run)."""
     port = free_port()
-    container = containers.run(name, images[card]["tag"], platform_args(card, port), port, **platform_run_kwargs(model, env))
+    tag = images.built_here(card)["tag"]
+    container = containers.run(name, tag, platform_args(card, port), port, **platform_run_kwargs(model, env))
     return container, port
 
 
-@pytest.mark.parametrize("card", ["iluvatar-bi100", "nv-a100", "nv-a100@next"])
+# One card per engine generation (tests/images/cards.py): a model served shows the engine.
+@pytest.mark.parametrize("card", serving_cards())
 def test_a_transformers5_model_is_served_with_its_authors_greedy_tokens(images, containers, image_models, card, tmp_path):
     model = image_models("v5-greedy")
     author = author_record(model)
@@ -76,11 +79,11 @@ def test_a_transformers5_model_is_served_with_its_authors_greedy_tokens(images, 
     status, text = srv.exec("sh", "-c", "cat /tmp/compat-*/report.json")
     report = json.loads(text)
     assert status == 0 and report["card"] == card and report["model_dir"] == "/model"
-    assert {r["code"] for r in report["repairs"]} == TRANSFORMERS5_REPAIRS[card]
+    assert {r["code"] for r in report["repairs"]} == transformers5_repairs(card)
     assert {p.name: p.stat().st_mtime_ns for p in model.iterdir()} == before
 
 
-@pytest.mark.parametrize("card", ["iluvatar-bi100", "nv-a100"])
+@pytest.mark.parametrize("card", vanilla_refusing_cards())
 def test_compat_disable_fails_the_way_the_vanilla_engine_does(images, containers, image_models, card, tmp_path):
     """Never ready, the engine's own refusal in the log. (vLLM 0.5.5's server logs that its engine
     process died and exits 0: the status says nothing there, so neither does this test.)"""
@@ -92,10 +95,10 @@ def test_compat_disable_fails_the_way_the_vanilla_engine_does(images, containers
     assert triaged(tmp_path, log) == "R3b"
 
 
-def test_a_clean_model_gets_exactly_vllm_serve_model_args(images, containers, image_models):
+@pytest.mark.parametrize("card", ["nv-a100"])
+def test_a_clean_model_gets_exactly_vllm_serve_model_args(images, containers, image_models, card):
     """Saved by the engine's own transformers: the process the container runs is `vllm serve
     /model` with the platform's arguments and nothing else, in the environment it was given."""
-    card = "nv-a100"
     srv, port = start(containers, images, card, image_models("457-generic"), "clean")
     assert srv.wait_ready(), srv.log()[-4000:]
     status, cmdline = srv.exec("cat", "/proc/1/cmdline")
@@ -113,14 +116,31 @@ def test_a_clean_model_gets_exactly_vllm_serve_model_args(images, containers, im
     assert "[compat] no repairs needed" in srv.log()
 
 
-def test_too_little_shared_memory_is_triaged_with_its_fix(images, containers, image_models, tmp_path):
+@pytest.mark.parametrize("card", ["nv-a100@next"])
+def test_too_little_shared_memory_is_triaged_with_its_fix(images, containers, image_models, tmp_path, card):
     """Docker's default /dev/shm (64 MB) is too small for the newest CPU engine's processes: the
     start fails, and triage names the class and the platform's fix instead of `unknown`."""
-    card = "nv-a100@next"
     port = free_port()
     run = dict(platform_run_kwargs(image_models("457-generic")), shm_size="64m")
-    srv = containers.run("small-shm", images[card]["tag"], platform_args(card, port), port, **run)
+    srv = containers.run("small-shm", images.built_here(card)["tag"], platform_args(card, port), port, **run)
     assert srv.wait_ready() is False
     log = srv.log()
     assert "Insufficient space in /dev/shm" in log
     assert triaged(tmp_path, log) == "SHM"
+
+
+@pytest.mark.parametrize("card", ["nv-a100@next"])
+def test_a_noexec_tmp_fails_the_engines_compiled_kernels_and_is_triaged_with_its_fix(images, containers, image_models, tmp_path, card):
+    """Why the platform's /tmp must allow exec (README, "What an image needs from the platform"):
+    on Docker's default tmpfs, the newest CPU engine compiles the model with torch's inductor (no
+    --enforce-eager) into its cache under HOME=/tmp and cannot load what it wrote. The start
+    fails; the launcher said why before it, and triage names NOEXEC with the fix."""
+    port = free_port()
+    args = ["--max-model-len", "256", "--port", str(port), "--host", "127.0.0.1", "--dtype", "float32"]
+    run = dict(platform_run_kwargs(image_models("457-generic")), tmpfs={"/tmp": ""})
+    srv = containers.run("noexec", images.built_here(card)["tag"], args, port, **run)
+    assert srv.wait_ready() is False
+    log = srv.log()
+    assert "failed to map segment from shared object" in log, log[-3000:]
+    assert "[compat] /tmp is on a noexec mount" in log
+    assert triaged(tmp_path, log) == "NOEXEC"

@@ -1,16 +1,16 @@
 """iluvatar-bi100: L1 on the image's transformers 4.55, L3's ops in the vendor's ixformer tree,
 and the vendor build's missing `ixformer.contrib.vllm.layers` (what R7 shims) still missing."""
 
-from tests.images.build_steps import STEPS_ENV, apply_again, l1_applied, module_file
+from tests.images.build_steps import L1_APPLIED, STEPS_ENV, apply_again, l1_state, module_file
 from tests.images.conftest import in_image
 
 CARD = "iluvatar-bi100"
 
 
 def test_l1_ran_on_the_images_transformers(images, containers):
-    tag = images[CARD]["tag"]
-    assert l1_applied(containers, tag)
-    assert "L1 unchanged" in apply_again(containers, tag, "L1")
+    """The patched file carries L1, and its backup is the base image's own file byte for byte."""
+    assert l1_state(containers, images[CARD]) == L1_APPLIED
+    assert "L1 unchanged" in apply_again(containers, images[CARD]["tag"], "L1")
 
 
 def test_l3_put_the_cards_ops_into_the_vendor_package(images, containers):
