@@ -86,7 +86,7 @@ test:
 test-in-daemon:
 	@$(PYTHON) -m compat_build.prune --sweep --if-daemon
 	@$(MAKE) --no-print-directory -j4 envs images-in-daemon IF_DAEMON=--if-daemon
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=30
 
 test-fast: venv author-env upstream-src
 	$(PY) -m pytest -m "not e2e and not images"

@@ -84,6 +84,21 @@ class Engine:
         """What the image's entrypoint does: the engine's Python runs `common launch`."""
         return [str(self.python), "-m", "common", "launch", "--", *self.serve_args_for(port)]
 
+    def probe(self, script: Path, payload: object, timeout: float = 600) -> object:
+        """Runs a probe script in this engine's Python: `payload` as JSON on stdin, its answer the
+        last line of stdout (the engine's own logging goes before it)."""
+        proc = subprocess.run(
+            [str(self.python), str(script)],
+            input=json.dumps(payload),
+            env=self.env(),
+            cwd=str(ROOT),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
     def launcher_env(self, model: Path, card: str, work: Path, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         """The launcher's environment in a card's image: the model, the card, a work dir."""
         return self.env({"MODEL_DIR": str(model), "COMPAT_CARD": card, "COMPAT_WORK_DIR": str(work), **(extra or {})})

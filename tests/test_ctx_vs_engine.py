@@ -10,14 +10,13 @@ and a refusal's largest length must be the one the engine names.
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
 
 from common.rules.ctx_context_length import RULE
-from tests.engine import ENGINE_055, ENGINE_0110, ENGINE_NEXT, ROOT
+from tests.engine import ENGINE_055, ENGINE_0110, ENGINE_NEXT
 
 pytestmark = pytest.mark.e2e
 
@@ -88,17 +87,7 @@ def models(tmp_path_factory) -> Dict[str, Path]:
 
 
 def engine_says(engine, pairs: List[Tuple[Path, int]]) -> List[Dict]:
-    proc = subprocess.run(
-        [str(engine.python), str(PROBE)],
-        input=json.dumps([[str(m), n] for m, n in pairs]),
-        env=engine.env(),
-        cwd=str(ROOT),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return engine.probe(PROBE, [[str(m), n] for m, n in pairs])
 
 
 def we_say(card: str, model: Path, max_len: int) -> List[dict]:

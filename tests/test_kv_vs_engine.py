@@ -15,10 +15,8 @@ that harness to the engine itself. Models are metadata-only (tests/fixtures/shap
 safetensors files; the served one borrows the committed tiny tokenizer).
 """
 
-import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Dict, List
 
@@ -80,17 +78,7 @@ def models(tmp_path_factory) -> Dict[str, Path]:
 
 
 def engine_says(engine, cases: List[dict]) -> List[dict]:
-    proc = subprocess.run(
-        [str(engine.python), str(PROBE)],
-        input=json.dumps(cases),
-        env=engine.env(),
-        cwd=str(ROOT),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return engine.probe(PROBE, cases, timeout=900)
 
 
 def doctor_says(card: str, model: Path, args: List[str]):
