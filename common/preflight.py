@@ -235,9 +235,20 @@ def _materialize(pending: Pending, ask_engine_config: bool) -> None:
     requests += carried_requests
     pending.carried_requests = len(carried_requests)
     if ask_engine_config and model.state("config.json").exists and _engine_reads_with_transformers(plan, model, pending.profile):
-        requests.append({"kind": "config", "path": model.path, "trust_remote_code": trust, "attributes": []})
+        request = {"kind": "config", "path": model.path, "trust_remote_code": trust, "attributes": []}
+        registered = _registered_config_types(plan)
+        if registered:
+            request["register"] = registered  # R12's classes: the engine's process registers them too
+        requests.append(request)
         pending.config_request = True
     pending.requests = requests
+
+
+def _registered_config_types(plan: Plan) -> List[str]:
+    """The model types R12's repair asks the engine's process to register a config class for."""
+    from .vllm_plugin.compat_configs import ENV, parse
+
+    return sorted({t for r in plan.repairs if r.code == "R12" for t in parse(r.env.get(ENV, ""))})
 
 
 def _engine_reads_with_transformers(plan: Plan, model: ModelDir, profile: Profile) -> bool:

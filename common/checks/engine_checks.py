@@ -18,9 +18,12 @@ Requests and the fields their answers add:
   {"kind": "layer_api", "requires": {SYMBOL: [param, ...]}}
       "missing": what of `requires` this interpreter's vLLM does not define ("file:Class[.method]"
       symbols with the parameters a backport passes, read from its source: layer_api.py).
-  {"kind": "config", "path": DIR, "trust_remote_code": bool, "attributes": [name, ...]}
+  {"kind": "config", "path": DIR, "trust_remote_code": bool, "attributes": [name, ...],
+   "register": [model_type, ...]}
       "class", "model_type", "attributes": {name: value} as this transformers reads them
       (missing ones left out), and "text_config" (the same three) when the config nests one.
+      `register` (R12): the image's config classes (vllm_plugin/compat_configs) for these types
+      are registered with AutoConfig first, as the engine's process registers them.
   {"kind": "processor", "path": DIR, "trust_remote_code": bool, "processor_class": NAME or null,
    "components": {"image_processor": {key: value}, ...}}
       "class", "components": {name: class}.  Does AutoProcessor load from DIR (where the engine
@@ -139,9 +142,22 @@ def _text_config(config):
     return nested if nested is not None and nested is not config and not isinstance(nested, dict) else None
 
 
+def _register_configs(model_types):
+    """Register the image's config classes for `model_types`, as vllm_plugin/sitecustomize.py
+    does in the engine's process (the plugin directory on sys.path: its top-level name)."""
+    plugin = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "vllm_plugin")
+    if plugin not in sys.path:
+        sys.path.insert(0, plugin)
+    import compat_configs
+
+    compat_configs.register(model_types)
+
+
 def check_config(request):
     from transformers import AutoConfig
 
+    if request.get("register"):
+        _register_configs([str(t) for t in request["register"]])
     names = [str(name) for name in request.get("attributes") or []]
     config = AutoConfig.from_pretrained(request["path"], trust_remote_code=bool(request.get("trust_remote_code")))
     result = _describe(config, names)

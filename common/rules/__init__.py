@@ -21,6 +21,7 @@ from . import (
     r3c_tokenizer_config,
     r4_architectures,
     r5_config_format,
+    r12_config_classes,
     remote_code,
 )
 from .base import Context, Outcome, Rule, Scoped
@@ -128,6 +129,8 @@ C1_ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
 REGISTRY: Tuple[Rule, ...] = (
     # Checks first: what no repair fixes.
     adapter_only.RULE,
+    # Before CONFIG: the model types it registers a config class for are known to CONFIG.
+    r12_config_classes.RULE,
     config_support.RULE,
     remote_code.RULE,
     quantization.RULE,

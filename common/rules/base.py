@@ -23,6 +23,9 @@ class Context:
         # doctor's judgement rather than a container start: checks too costly for every start
         # (reading every weight file's header) run only then.
         self.doctor = doctor
+        # Model types R12 registers a config class for (it runs before CONFIG, which counts
+        # them as known): a rule skipped by COMPAT_SKIP registers nothing.
+        self.registered_config_types: set = set()
 
 
 class Outcome:

@@ -7,7 +7,8 @@ fails the same way (a KeyError in 4.57). No metadata repair teaches an old trans
 model: the finding says the model needs a newer engine. Known types are the engine's own
 (`CONFIG_MAPPING` of its transformers, in the profile), plus the few top-level model types the
 engine reads with config classes of its own before transformers is asked (the profile's
-`own_config_classes`: vLLM 0.11 reads `RefinedWeb` so); `doctor` also loads the config with the
+`own_config_classes`: vLLM 0.11 reads `RefinedWeb` so), plus the types R12 registers a class of the
+image's for; `doctor` also loads the config with the
 engine's AutoConfig, which catches what a table cannot.
 """
 
@@ -30,6 +31,8 @@ class ConfigSupport(Rule):
 
     def check(self, ctx: Context) -> Outcome:
         known = ctx.profile.config_model_types
+        if known is not None:
+            known = known | ctx.registered_config_types  # R12's classes, registered before vLLM reads the config
         config = ctx.model.json_object("config.json")
         if known is None or not config:
             return Outcome()

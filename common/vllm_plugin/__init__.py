@@ -6,4 +6,9 @@ with this directory on PYTHONPATH; `compat_weights` (the wrapper) and the table 
 (`compat_fused_experts`, `compat_weight_names`) and the backports package (`compat_backports`, R10)
 are then top-level. The runtime package imports the same modules as `common.vllm_plugin.*` for
 their tables; a backport's own module (torch, vLLM) is imported only inside the engine.
+
+R12's config classes (`compat_configs`) cannot wait for the entry point: vLLM 0.5.5 reads
+config.json before it loads general plugins. This directory's `sitecustomize.py`, which Python
+runs at every interpreter start with the directory on sys.path, registers them when
+COMPAT_CONFIGS names model types, and does nothing otherwise.
 """

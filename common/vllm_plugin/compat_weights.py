@@ -4,6 +4,8 @@ into the names the engine loads.
 COMPAT_BACKPORTS=<architecture,...> (R10): each named class of compat_backports/ is registered
 with the engine's ModelRegistry, unless the engine has its own.
 COMPAT_CPU_MOE=grouped (R11): the fused MoE layer of a CPU build gets a CPU path (compat_cpu_moe.py).
+(COMPAT_CONFIGS, R12, is not this module's: sitecustomize.py registers those config classes at
+interpreter start, before vLLM reads config.json.)
 One wrapper around the engine's weight iterator (DefaultModelLoader._get_weights_iterator)
 applies every transform the preflight asked for, each named by its own variable:
 - COMPAT_WEIGHT_NAMES=<scheme> (R9): a vision tower saved by transformers 5 without its
