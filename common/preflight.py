@@ -246,9 +246,12 @@ def _materialize(pending: Pending, ask_engine_config: bool) -> None:
 
 def _registered_config_types(plan: Plan) -> List[str]:
     """The model types R12's repair asks the engine's process to register a config class for."""
+    repairs = [r for r in plan.repairs if r.code == "R12"]
+    if not repairs:
+        return []  # the plugin's table is imported only for a model R12 repairs
     from .vllm_plugin.compat_configs import ENV, parse
 
-    return sorted({t for r in plan.repairs if r.code == "R12" for t in parse(r.env.get(ENV, ""))})
+    return sorted({t for r in repairs for t in parse(r.env.get(ENV, ""))})
 
 
 def _engine_reads_with_transformers(plan: Plan, model: ModelDir, profile: Profile) -> bool:

@@ -16,13 +16,11 @@ architecture (R4, R10).
 from __future__ import annotations
 
 from ..headsize import NESTED_TEXT_CONFIGS
-from ..vllm_plugin.compat_configs import CLASSES, ENV
 from .base import Context, Outcome, Rule
-from .weights_plugin import plugin_repair
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
-    from typing import List
+    from typing import List, Tuple
 
 
 def config_types(config: dict) -> List[str]:
@@ -37,9 +35,15 @@ class ConfigClasses(Rule):
     title = "config class the engine's transformers lacks, registered from the image"
     doc = __doc__.split("\n\n", 1)[1].strip()
     fix = "the image registers its config class for the model type with the engine's AutoConfig (COMPAT_CONFIGS); elsewhere a newer engine"
-    # CONFIG's refusal, for a type the image has a class for (CONFIG claims the line for any other
-    # type; R12 comes first in the registry, so triage names the repair that applies).
-    log_signatures = (r"has model type `(?:" + "|".join(sorted(CLASSES)) + r")` but Transformers does not recognize this architecture",)
+
+    @property
+    def log_signatures(self) -> Tuple[str, ...]:  # type: ignore[override]
+        """CONFIG's refusal, for a type the image has a class for (CONFIG claims the line for any
+        other type; R12 comes first in the registry, so triage names the repair that applies).
+        A property: a clean start never imports the plugin's table (only triage and explain ask)."""
+        from ..vllm_plugin.compat_configs import CLASSES
+
+        return (r"has model type `(?:" + "|".join(sorted(CLASSES)) + r")` but Transformers does not recognize this architecture",)
 
     def check(self, ctx: Context) -> Outcome:
         profile = ctx.profile
@@ -51,9 +55,15 @@ class ConfigClasses(Rule):
         if isinstance(auto_map, dict) and "AutoConfig" in auto_map:
             return Outcome()  # the model's own config code: REMOTE_CODE judges it
         own = profile.own_config_classes or ()
-        types = [t for t in config_types(config) if t not in known and t not in own and t in CLASSES]
+        unknown = [t for t in config_types(config) if t not in known and t not in own]
+        if not unknown:
+            return Outcome()  # every model the engine reads returns here, having imported nothing
+        from ..vllm_plugin.compat_configs import CLASSES, ENV
+        from .weights_plugin import plugin_repair
+
+        types = [t for t in unknown if t in CLASSES]
         if not types:
-            return Outcome()
+            return Outcome()  # no class here: CONFIG says the model needs a newer engine
         types = sorted(set(types))
         ctx.registered_config_types.update(types)
         detail = (

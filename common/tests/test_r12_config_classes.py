@@ -183,3 +183,12 @@ def test_doctor_on_bi100_reads_the_config_with_the_registered_classes(tmp_path, 
     assert [r["code"] for r in data["repairs"]].count("R12") == 1, data["repairs"]
     assert not [f for f in data["findings"] if f["code"] == "CONFIG"], data["findings"]
     assert any(f["code"] == "R4" and f["severity"] == "error" for f in data["findings"]), data["findings"]
+
+
+@pytest.mark.parametrize("model_type, code", [("gemma4", "R12"), ("qwen3_5_text", "R12"), ("glm_moe_dsa", "CONFIG")])
+def test_triage_names_r12_for_a_type_the_image_has_a_class_for(model_type, code):
+    from common.triage import scan, signatures
+
+    line = f"ValueError: The checkpoint you are trying to load has model type `{model_type}` but Transformers does not recognize this architecture."
+    found = scan([line.encode() + b"\n"], signatures())
+    assert found is not None and found[0].code == code
