@@ -192,3 +192,15 @@ def test_triage_names_r12_for_a_type_the_image_has_a_class_for(model_type, code)
     line = f"ValueError: The checkpoint you are trying to load has model type `{model_type}` but Transformers does not recognize this architecture."
     found = scan([line.encode() + b"\n"], signatures())
     assert found is not None and found[0].code == code
+
+
+def test_the_plugin_sitecustomize_costs_nothing_unasked_and_runs_the_one_it_shadows(tmp_path):
+    """Every Python the engine starts gets the plugin dir on PYTHONPATH: without COMPAT_CONFIGS
+    it imports nothing, and the image's own sitecustomize (next on the path) still runs."""
+    import sys
+
+    (tmp_path / "sitecustomize.py").write_text("import os\nos.environ['COMPAT_TEST_CHAINED'] = 'yes'\n")
+    env = {k: v for k, v in os.environ.items() if k != compat_configs.ENV}
+    env["PYTHONPATH"] = os.pathsep.join([str(PLUGIN_DIR), str(tmp_path)])
+    code = "import json, os, sys; print(json.dumps([os.environ.get('COMPAT_TEST_CHAINED'), 'transformers' in sys.modules]))"
+    assert _run(sys.executable, ["-c", code], env) == ["yes", False]

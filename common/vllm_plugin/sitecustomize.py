@@ -43,8 +43,11 @@ def _chain() -> None:
         spec.loader.exec_module(module)
 
 
-_register()
-try:
-    _chain()
-except Exception:  # as Python treats a failing sitecustomize: the process goes on
-    pass
+# Only as Python's own sitecustomize: imported as common.vllm_plugin.sitecustomize (a tool
+# walking the package) it neither registers nor runs another file.
+if __name__ == "sitecustomize":
+    _register()
+    try:
+        _chain()
+    except Exception:  # as Python treats a failing sitecustomize: the process goes on
+        pass
