@@ -65,15 +65,16 @@ def test_known_model_type_with_an_auto_map_uses_the_engines_own_class(tmp_path, 
 @pytest.mark.parametrize(
     "config, unknown",
     [
-        (dict(LLAMA, model_type="qwen3_5", architectures=["Qwen3_5ForCausalLM"]), "model_type 'qwen3_5'"),
+        # Types newer than any config class the image carries (R12 registers those it has).
+        (dict(LLAMA, model_type="glm_moe_dsa", architectures=["GlmMoeDsaForCausalLM"]), "model_type 'glm_moe_dsa'"),
         (
             {
                 "architectures": ["Mistral3ForConditionalGeneration"],
                 "model_type": "mistral3",
-                "text_config": {"model_type": "ministral3"},
+                "text_config": {"model_type": "glm_moe_dsa"},
                 "vision_config": {"model_type": "pixtral"},
             },
-            "text_config.model_type 'ministral3'",
+            "text_config.model_type 'glm_moe_dsa'",
         ),
     ],
 )
