@@ -1,13 +1,14 @@
-"""Check at image build that the image's Python finds the vLLM plugin (R8, R9, R10) only when asked.
+"""Check at image build that the image's Python finds the vLLM plugin (R8-R12) only when asked.
 
 usage: python3 -m common.vllm_plugin_check [PLUGIN_DIR]   (default: common/vllm_plugin)
 
 vLLM discovers general plugins through importlib.metadata entry points. The plugin is not
-installed: its directory holds a `*.dist-info` that the R8, R9 and R10 repairs put first on
-PYTHONPATH. With the directory on PYTHONPATH the image's own Python must see the entry point and
-load it (the module imports without torch); without it the entry point must not exist, so that
-no model the preflight did not ask for runs through the plugin. Exits 1 with one line when
-either fails.
+installed: its directory holds a `*.dist-info` that the repairs put first on PYTHONPATH. With the
+directory on PYTHONPATH the image's own Python must see the entry point and load it (the module
+imports without torch); without it the entry point must not exist, so that no model the
+preflight did not ask for runs through the plugin. R12's config classes are registered by the
+directory's sitecustomize at interpreter start: asked for every type it carries, the image's
+AutoConfig must then know each one. Exits 1 with one line when any of it fails.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Dict, Optional
+
+from .vllm_plugin.compat_configs import CLASSES
+from .vllm_plugin.compat_configs import ENV as CONFIGS_ENV
 
 GROUP = "vllm.general_plugins"
 NAME = "compat_weights"
@@ -23,13 +28,20 @@ PROBE = (
     f"found = [ep for ep in entry_points(group={GROUP!r}) if ep.name == {NAME!r}]\n"
     "print(len(found), callable(found[0].load()) if found else False)\n"
 )
+# Run with COMPAT_CONFIGS naming every type the image carries: the types AutoConfig still lacks.
+CONFIGS_PROBE = (
+    "import os\n"
+    "from transformers.models.auto.configuration_auto import CONFIG_MAPPING\n"
+    "print(' '.join(t for t in os.environ['COMPAT_CONFIGS'].split(',') if t not in CONFIG_MAPPING) or 'ok')\n"
+)
 
 
-def probe(pythonpath: str) -> str:
+def probe(pythonpath: str, code: str = PROBE, extra_env: Optional[Dict[str, str]] = None) -> str:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    out = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd="/", capture_output=True, text=True, check=False)
+    env.update(extra_env or {})
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd="/", capture_output=True, text=True, check=False)
     text = out.stdout.strip() or out.stderr.strip()
     return text.splitlines()[-1] if text else f"exit {out.returncode}"
 
@@ -49,7 +61,12 @@ def main(argv: list) -> int:
     if unasked != "0 False":
         print(f"vllm_plugin_check: {sys.executable} finds the {NAME} entry point without being asked ({unasked})", file=sys.stderr)
         return 1
-    print(f"vLLM plugin: {NAME} found with {argv[0]} on PYTHONPATH only")
+    types = sorted(CLASSES)
+    lacking = probe(argv[0], CONFIGS_PROBE, {CONFIGS_ENV: ",".join(types)})
+    if lacking != "ok":
+        print(f"vllm_plugin_check: with {CONFIGS_ENV}={','.join(types)}, {sys.executable}'s AutoConfig lacks: {lacking}", file=sys.stderr)
+        return 1
+    print(f"vLLM plugin: {NAME} found with {argv[0]} on PYTHONPATH only; config classes known: {', '.join(types)}")
     return 0
 
 
