@@ -307,7 +307,8 @@ CASES: List[Case] = [
         "qwen3_5-model-type",
         _config(lambda: llama(architectures=["Qwen3_5ForCausalLM"], model_type="qwen3_5")),
         "fails",
-        ("CONFIG",),
+        # The image reads the config with its own class (R12); the engine lacks the architecture.
+        ("R4",),
         "has model type `qwen3_5` but Transformers does not recognize this architecture",
     ),
     Case("nv-a100", "remote-code", _config(remote_code), "fails", ("REMOTE_CODE",), "contains custom code which must be executed"),
@@ -378,7 +379,8 @@ CASES: List[Case] = [
         "qwen3_5-model-type",
         _config(lambda: llama(architectures=["Qwen3_5ForCausalLM"], model_type="qwen3_5")),
         "fails",
-        ("CONFIG",),
+        # The image reads the config with its own class (R12); the engine lacks the architecture.
+        ("R4",),
         "has model type `qwen3_5` but Transformers does not recognize this architecture",
     ),
     Case("iluvatar-bi100", "remote-code", _config(remote_code), "fails", ("REMOTE_CODE",), "contains custom code which must be executed"),

@@ -185,8 +185,11 @@ def test_doctor_on_bi100_reads_the_config_with_the_registered_classes(tmp_path, 
     assert any(f["code"] == "R4" and f["severity"] == "error" for f in data["findings"]), data["findings"]
 
 
-@pytest.mark.parametrize("model_type, code", [("gemma4", "R12"), ("qwen3_5_text", "R12"), ("glm_moe_dsa", "CONFIG")])
-def test_triage_names_r12_for_a_type_the_image_has_a_class_for(model_type, code):
+@pytest.mark.parametrize("model_type", ["gemma4", "qwen3_5_text", "glm_moe_dsa"])
+def test_triage_leaves_the_refusal_of_an_unknown_type_to_config(model_type):
+    """A log of the refusal names CONFIG (a newer engine), with or without a class here: the class
+    alone starts none of these models on the engines here."""
+    code = "CONFIG"
     from common.triage import scan, signatures
 
     line = f"ValueError: The checkpoint you are trying to load has model type `{model_type}` but Transformers does not recognize this architecture."
