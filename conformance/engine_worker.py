@@ -193,6 +193,13 @@ def run_cell(cell: Dict[str, Any], fd: int, fresh: bool, summary: Dict[str, Any]
     for entry in reversed((plan.env.get("PYTHONPATH", "") if plan else "").split(os.pathsep)):
         if entry and entry not in sys.path:
             sys.path.insert(0, entry)
+    # R12's config classes: the image's Python registers them at interpreter start (the plugin
+    # directory's sitecustomize); this child's interpreter started long before, so it does it now,
+    # still before vLLM reads config.json.
+    if env.get("COMPAT_CONFIGS"):
+        import compat_configs
+
+        compat_configs.register(compat_configs.parse(env["COMPAT_CONFIGS"]))
     summary.update(argv=argv[1:], env=dict(plan.env) if plan else {}, repairs=[r.code for r in plan.repairs if r.verified] if plan else [])
     summary["start"] = key = start_key(argv[1:], summary["env"], plan.work_dir if plan else None)
     print("conformance: vllm " + " ".join(argv[1:]), flush=True)
