@@ -9,10 +9,9 @@ and `mlp_bias`. With the engine's fused residual (RMSNorm adds the residual firs
 block's output before it is handed on is exactly transformers' `residual + output * multiplier`.
 """
 
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
-from vllm.attention import AttentionMetadata
 from vllm.config import CacheConfig
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
@@ -28,22 +27,8 @@ class GraniteDecoderLayer(Qwen3DecoderLayer):
         super().__init__(config, cache_config, quant_config, mlp=mlp, attention=attention)
         self.residual_multiplier = config.residual_multiplier
 
-    def forward(
-        self,
-        positions: torch.Tensor,
-        hidden_states: torch.Tensor,
-        kv_cache: torch.Tensor,
-        attn_metadata: AttentionMetadata,
-        residual: Optional[torch.Tensor],
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
-        if residual is None:
-            residual = hidden_states
-            hidden_states = self.input_layernorm(hidden_states)
-        else:
-            hidden_states, residual = self.input_layernorm(hidden_states, residual)
-        hidden_states = self.self_attn(positions, hidden_states, kv_cache, attn_metadata) * self.residual_multiplier
-        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
-        return self.mlp(hidden_states) * self.residual_multiplier, residual
+    def branch_out(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.residual_multiplier
 
 
 class GraniteModel(Qwen3Model):

@@ -158,9 +158,13 @@ class Qwen3DecoderLayer(nn.Module):
             hidden_states = self.input_layernorm(hidden_states)
         else:
             hidden_states, residual = self.input_layernorm(hidden_states, residual)
-        hidden_states = self.self_attn(positions, hidden_states, kv_cache, attn_metadata)
+        hidden_states = self.branch_out(self.self_attn(positions, hidden_states, kv_cache, attn_metadata))
         hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
-        return self.mlp(hidden_states), residual
+        return self.branch_out(self.mlp(hidden_states)), residual
+
+    def branch_out(self, x: torch.Tensor) -> torch.Tensor:
+        """What an attention or MLP branch adds to the residual stream (Granite scales it)."""
+        return x
 
 
 class Qwen3Model(nn.Module):
