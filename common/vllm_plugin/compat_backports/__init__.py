@@ -74,12 +74,15 @@ EXPERTS_055: Dict[str, Tuple[str, ...]] = {
 
 
 class Backport:
-    """One backported class: the module of this package that defines it and the API it calls."""
+    """One backported class: the module of this package that defines it and the API it calls.
+    `windows`: its layers carry their own sliding windows (windows.py); the engine-wide window
+    must then be off, and R10 says so in the config the engine reads."""
 
-    __slots__ = ("architecture", "module", "requires")
+    __slots__ = ("architecture", "module", "requires", "windows")
 
-    def __init__(self, architecture: str, module: str, requires: Mapping[str, Sequence[str]]) -> None:
+    def __init__(self, architecture: str, module: str, requires: Mapping[str, Sequence[str]], windows: bool = False) -> None:
         self.architecture, self.module, self.requires = architecture, module, dict(requires)
+        self.windows = windows
 
     def load(self) -> Any:
         """The class itself (imports the module: torch and vLLM, inside the engine only)."""
