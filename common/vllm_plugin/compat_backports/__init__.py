@@ -94,12 +94,20 @@ GATHER_055: Dict[str, Tuple[str, ...]] = {
     "distributed/communication_op.py:tensor_model_parallel_all_gather": ("input_", "dim"),
 }
 
+# Gemma's layers: its RMSNorm (x * (1 + w)), the tanh-GELU gated MLP, the final logit soft-cap.
+GEMMA_055: Dict[str, Tuple[str, ...]] = {
+    "model_executor/layers/layernorm.py:GemmaRMSNorm": ("hidden_size", "eps"),
+    "model_executor/layers/activation.py:GeluAndMul": ("approximate",),
+    "model_executor/layers/logits_processor.py:LogitsProcessor": ("vocab_size", "soft_cap"),
+}
+
 # architecture -> its backport: one line per backported family.
 BACKPORTS: Dict[str, Backport] = {
     "Qwen3ForCausalLM": Backport("Qwen3ForCausalLM", "qwen3", LAYERS_055),
     "Qwen3MoeForCausalLM": Backport("Qwen3MoeForCausalLM", "qwen3_moe", dict(LAYERS_055, **EXPERTS_055)),
     "GraniteForCausalLM": Backport("GraniteForCausalLM", "granite", LAYERS_055),
     "Olmo2ForCausalLM": Backport("Olmo2ForCausalLM", "olmo2", dict(LAYERS_055, **GATHER_055)),
+    "Gemma3ForCausalLM": Backport("Gemma3ForCausalLM", "gemma3", dict(LAYERS_055, **GEMMA_055), windows=True),
 }
 
 
