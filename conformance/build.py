@@ -166,7 +166,7 @@ def save(model: Any, tokenizer: Any, out: Path, torch: Any) -> None:
 
 def new_model(transformers: Any, case: Dict[str, Any], shape: Dict[str, Any], v5: bool, tokenizer: Any) -> Any:
     vocab = len(tokenizer)
-    config = getattr(transformers, case["config"])(
+    language = dict(
         vocab_size=vocab,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -174,6 +174,11 @@ def new_model(transformers: Any, case: Dict[str, Any], shape: Dict[str, Any], v5
         initializer_range=case.get("init", 0.08),
         **config_kwargs(case, shape, v5, vocab),
     )
+    # A vision-language case: the language model's configuration nested under `nest`, the rest
+    # of the model (a tiny vision tower) from `outer`.
+    nest = case.get("nest")
+    kwargs = dict(resolve(case.get("outer", {}), vocab), **{nest: language}) if nest else language
+    config = getattr(transformers, case["config"])(**kwargs)
     config.architectures = [case["architecture"]]
     return getattr(transformers, case["architecture"])(config)
 

@@ -18,6 +18,7 @@ windowed layer its own.
 
 from __future__ import annotations
 
+from ..headsize import attention_config
 from ..vllm_plugin.compat_backports import BACKPORTS, ENV, fitting
 from ..vllm_plugin.compat_weights import PLUGIN_NAME
 from .base import Context, Outcome, Rule
@@ -93,11 +94,13 @@ class Backport(Rule):
             return outcome
         detail = f"{arch} is not registered in {engine}; {PLUGIN_NAME} registers the image's backport (compat_backports.{backport.module}) before the model loads"
         repair = plugin_repair(self.code, self.title, detail, ENV, arch)
-        if backport.windows and windowed(config):
+        key, text = attention_config(config)
+        if backport.windows and windowed(text):
             # Each layer carries its own window (compat_backports/windows.py); the engine-wide one,
             # which would window the global layers and recycle their blocks, is switched off with
-            # the engine's own switch (vLLM 0.5.5 reads `use_sliding_window`, as for Qwen2).
-            repair.config_edits = {"use_sliding_window": False}
+            # the engine's own switch (vLLM 0.5.5 reads `use_sliding_window` on the text config, as
+            # for Qwen2). A nested text config is given whole, as every nested edit is.
+            repair.config_edits = {key: dict(text, use_sliding_window=False)} if key else {"use_sliding_window": False}
             repair.detail += "; its layers take their own sliding windows (the engine-wide window off: use_sliding_window false)"
         # The profile was baked from the image's engine; the start asks that engine itself too.
         repair.engine_check = {"kind": "layer_api", "requires": {k: list(v) for k, v in backport.requires.items()}}

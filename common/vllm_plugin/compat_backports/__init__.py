@@ -108,6 +108,7 @@ BACKPORTS: Dict[str, Backport] = {
     "GraniteForCausalLM": Backport("GraniteForCausalLM", "granite", LAYERS_055),
     "Olmo2ForCausalLM": Backport("Olmo2ForCausalLM", "olmo2", dict(LAYERS_055, **GATHER_055)),
     "Gemma3ForCausalLM": Backport("Gemma3ForCausalLM", "gemma3", dict(LAYERS_055, **GEMMA_055), windows=True),
+    "Gemma3ForConditionalGeneration": Backport("Gemma3ForConditionalGeneration", "gemma3", dict(LAYERS_055, **GEMMA_055), windows=True),
 }
 
 

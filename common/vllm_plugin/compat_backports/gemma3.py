@@ -8,9 +8,12 @@ sliding window and their own rope base (`rope_local_base_freq`, unscaled), globa
 `rope_theta` and the model's rope scaling (linear x8 in the 4B and larger). Each layer's window
 reaches the engine's Attention through windows.py (the engine-wide window is off: R10). No logit
 soft-capping in published Gemma 3 (Gemma 2's final one is kept where a config sets it).
+The 4B-27B checkpoints are `Gemma3ForConditionalGeneration` (text and vision): served as text,
+their language model's weights under either published naming, the vision tensors skipped.
 """
 
-from typing import Optional, Tuple
+import logging
+from typing import Iterable, Optional, Tuple
 
 import torch
 from torch import nn
@@ -22,6 +25,8 @@ from vllm.model_executor.layers.quantization.base_config import QuantizationConf
 
 from .qwen3 import Qwen3Attention, Qwen3ForCausalLM, Qwen3MLP, Qwen3Model
 from .windows import layer_cache_config, layer_windows
+
+logger = logging.getLogger("vllm.compat_backports.gemma3")
 
 
 class Gemma3Attention(Qwen3Attention):
@@ -95,3 +100,42 @@ class Gemma3ForCausalLM(Qwen3ForCausalLM):
 
     def make_logits_processor(self, config) -> LogitsProcessor:
         return LogitsProcessor(config.vocab_size, soft_cap=getattr(config, "final_logit_softcapping", None))
+
+
+# Where a Gemma 3 vision-language checkpoint keeps its language model (transformers 4.52 and
+# later write the first form; the checkpoints Google published, and saves before 4.52, the
+# second), and what served as text leaves out.
+TEXT_PREFIXES = (("model.language_model.", "model."), ("language_model.model.", "model."), ("language_model.lm_head.", "lm_head."))
+VISION_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.", "vision_tower.", "multi_modal_projector.")
+
+
+def text_weight(name: str) -> Optional[str]:
+    """The text model's name of a Gemma3ForConditionalGeneration checkpoint tensor; None: vision."""
+    if name.startswith(VISION_PREFIXES):
+        return None
+    for prefix, to in TEXT_PREFIXES:
+        if name.startswith(prefix):
+            return to + name[len(prefix) :]
+    return name
+
+
+class Gemma3ForConditionalGeneration(Gemma3ForCausalLM):
+    """Gemma 3 4B-27B served as text: the language model of `config.text_config`, its vision tower
+    and projector never built (the engine takes no images for it: a text-only start, said in the log)."""
+
+    def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
+        super().__init__(config.text_config, cache_config, quant_config)
+
+    def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
+        skipped = []
+
+        def text(weights: Iterable[Tuple[str, torch.Tensor]]) -> Iterable[Tuple[str, torch.Tensor]]:
+            for name, tensor in weights:
+                renamed = text_weight(name)
+                if renamed is None:
+                    skipped.append(name)
+                else:
+                    yield renamed, tensor
+
+        super().load_weights(text(weights))
+        logger.info("Gemma 3 backport: served as text; %d vision tower and projector tensors not loaded", len(skipped))
