@@ -64,7 +64,8 @@ class Qwen3MLP(nn.Module):
 
 class Qwen3Attention(nn.Module):
     """Qwen3's attention; the backports of other Llama-layout families use it with `qk_norm=False`
-    (no per-head norms) and their own `scaling` (Granite's attention_multiplier)."""
+    (no per-head norms), their own `scaling` (Granite's attention_multiplier) and `rope=False`
+    for a layer that takes no position embedding (EXAONE 4's global layers)."""
 
     def __init__(
         self,
@@ -73,6 +74,7 @@ class Qwen3Attention(nn.Module):
         quant_config: Optional[QuantizationConfig] = None,
         qk_norm: bool = True,
         scaling: Optional[float] = None,
+        rope: bool = True,
     ) -> None:
         super().__init__()
         tp_size = get_tensor_model_parallel_world_size()
@@ -92,7 +94,7 @@ class Qwen3Attention(nn.Module):
             config.hidden_size, self.head_dim, self.total_num_heads, self.total_num_kv_heads, bias=bias, quant_config=quant_config
         )
         self.o_proj = RowParallelLinear(self.total_num_heads * self.head_dim, config.hidden_size, bias=bias, quant_config=quant_config)
-        self.qk_norm = qk_norm
+        self.qk_norm, self.rope = qk_norm, rope
         if qk_norm:
             self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
@@ -123,7 +125,8 @@ class Qwen3Attention(nn.Module):
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         if self.qk_norm:
             q, k = self._per_head(self.q_norm, q), self._per_head(self.k_norm, k)
-        q, k = self.rotary_emb(positions, q, k)
+        if self.rope:
+            q, k = self.rotary_emb(positions, q, k)
         output, _ = self.o_proj(self.attn(q, k, v, kv_cache, attn_metadata))
         return output
 
@@ -205,10 +208,13 @@ class Qwen3ForCausalLM(nn.Module):
     """The engine builds it as its own models: `cls(config=, cache_config=, quant_config=)`."""
 
     model_cls = Qwen3Model
+    # True for a family whose layers carry their own windows (windows.py); the engine-wide one is then off.
+    layer_windows = False
 
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
         super().__init__()
-        if getattr(config, "use_sliding_window", False) or "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+        windowed = getattr(config, "use_sliding_window", False) or "sliding_attention" in (getattr(config, "layer_types", None) or ())
+        if windowed and not self.layer_windows:
             # vLLM 0.5.5's attention takes one window for every layer (cache_config); Qwen3 slides
             # only from max_window_layers on. No published Qwen3 turns it on.
             raise ValueError("Qwen3 backport: sliding-window layers (use_sliding_window) are not supported on this engine")
