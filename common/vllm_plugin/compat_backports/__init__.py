@@ -94,12 +94,19 @@ GATHER_055: Dict[str, Tuple[str, ...]] = {
     "distributed/communication_op.py:tensor_model_parallel_all_gather": ("input_", "dim"),
 }
 
+# What windows.py hands each windowed layer its own window through: the engine's cache config,
+# whose window every Attention built with it takes (EXAONE 4).
+WINDOWS_055: Dict[str, Tuple[str, ...]] = {
+    "config.py:CacheConfig": ("sliding_window",),
+}
+
 # architecture -> its backport: one line per backported family.
 BACKPORTS: Dict[str, Backport] = {
     "Qwen3ForCausalLM": Backport("Qwen3ForCausalLM", "qwen3", LAYERS_055),
     "Qwen3MoeForCausalLM": Backport("Qwen3MoeForCausalLM", "qwen3_moe", dict(LAYERS_055, **EXPERTS_055)),
     "GraniteForCausalLM": Backport("GraniteForCausalLM", "granite", LAYERS_055),
     "Olmo2ForCausalLM": Backport("Olmo2ForCausalLM", "olmo2", dict(LAYERS_055, **GATHER_055)),
+    "Exaone4ForCausalLM": Backport("Exaone4ForCausalLM", "exaone4", dict(LAYERS_055, **WINDOWS_055), windows=True),
 }
 
 
