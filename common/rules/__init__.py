@@ -85,6 +85,7 @@ C1_ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
     "iluvatar-bi100": (
         "DbrxForCausalLM",
         "DeepseekV2ForCausalLM",
+        "Exaone4ForCausalLM",
         "Gemma2ForCausalLM",
         "LlamaForCausalLM",
         "MistralForCausalLM",
