@@ -357,7 +357,8 @@ CASES: List[Case] = [
         "Model architectures ['TinyChatForCausalLM'] are not supported for now.",
     ),
     # transformers 4.55 has Qwen3, vLLM 0.5.5 does not (and has no Transformers backend): R10 registers
-    # the image's backport; Gemma 3, which the image has no backport of, still fails (R4).
+    # the image's backport (Gemma 3's with each layer's own window, the engine-wide one off);
+    # SmolLM3, which the image has no backport of, still fails (R4).
     Case(
         "iluvatar-bi100",
         "qwen3",
@@ -370,9 +371,17 @@ CASES: List[Case] = [
         "iluvatar-bi100",
         "gemma3",
         _config(lambda: llama(architectures=["Gemma3ForCausalLM"], model_type="gemma3_text", head_dim=64)),
+        "starts",
+        ("R10",),
+        "Model architectures ['Gemma3ForCausalLM'] are not supported for now.",
+    ),
+    Case(
+        "iluvatar-bi100",
+        "smollm3",
+        _config(lambda: llama(architectures=["SmolLM3ForCausalLM"], model_type="smollm3")),
         "fails",
         ("R4",),
-        "Model architectures ['Gemma3ForCausalLM'] are not supported for now.",
+        "Model architectures ['SmolLM3ForCausalLM'] are not supported for now.",
     ),
     Case(
         "iluvatar-bi100",

@@ -6,15 +6,15 @@ transformers 5 (so R10 composes with the tokenizer and config repairs), every RM
 at random (a per-head q_norm / k_norm that got the wrong weight changes the tokens):
 Families: Qwen3 and Qwen3-MoE (its transformers-5 save with the experts fused, so R8 composes too;
 its experts are the engine's FusedMoE, given a CPU path on this CPU build by R11). Granite,
-OLMo 2 and EXAONE 4 are proven by their conformance cells (conformance/results.json); EXAONE 4's
-layers are also built here, to show each takes its own window and rotary embedding.
+OLMo 2, Gemma 3 and EXAONE 4 are proven by their conformance cells (conformance/results.json);
+EXAONE 4's layers are also built here, to show each takes its own window and rotary embedding.
 1. vanilla 0.5.5 refuses the class (`Model architectures [...] are not supported for now`), and
    triage names R10;
 2. the iluvatar-bi100 launcher (the engine's Python runs `common launch`) registers the backport
    through the compat plugin and serves the author's greedy tokens (transformers' own `generate`,
    float32 on both sides); chat answers; the model directory is untouched;
 3. `doctor --card iluvatar-bi100`, verified with the engine's Python, says it starts with R10;
-   a family with no backport (Gemma 3) still fails with "needs a newer engine".
+   a family with no backport (SmolLM3) still fails with "needs a newer engine".
 
 Each vLLM start costs 15-30 s on two cores: one server per model, every assertion on it.
 """
@@ -141,12 +141,12 @@ def test_doctor_says_the_family_starts_with_its_backport(models, tmp_path, famil
 
 
 def test_doctor_says_a_family_without_a_backport_needs_a_newer_engine(tmp_path):
-    model = build("455", "generic", tmp_path / "gemma3", "--model-type", "gemma3", "--no-weights")
+    model = build("455", "generic", tmp_path / "smollm3", "--model-type", "smollm3", "--no-weights")
     doctor = run_common("doctor", str(model), "--card", CARD, "--json", work=tmp_path / "work")
     data = json.loads(doctor.stdout)
     assert doctor.returncode == 1 and data["verdict"] == "fails", doctor.stdout[-3000:]
     [r4] = [f for f in data["findings"] if f["code"] == "R4"]
-    assert r4["severity"] == "error" and "Gemma3ForCausalLM" in r4["message"] and "needs a newer engine" in r4["message"]
+    assert r4["severity"] == "error" and "SmolLM3ForCausalLM" in r4["message"] and "needs a newer engine" in r4["message"]
     assert not data["repairs"] or "R10" not in {r["code"] for r in data["repairs"]}
 
 
@@ -182,7 +182,7 @@ for window, types, engine_window in json.loads(sys.argv[3]):
                            num_key_value_heads=1, sliding_window=window, layer_types=types)
     try:
         model = Exaone4ForCausalLM(config, CacheConfig(16, 0.9, 0, "auto", sliding_window=engine_window))
-        out.append([[layer.self_attn.rope, layer.self_attn.attn.impl.sliding_window] for layer in model.model.layers])
+        out.append([[layer.self_attn.rotate, layer.self_attn.attn.impl.sliding_window] for layer in model.model.layers])
     except ValueError as exc:
         out.append(str(exc))
 print("LAYERS " + json.dumps(out))

@@ -10,7 +10,10 @@ the engine's source, never from a version number) has every class and parameter 
 calls (asked again of the engine's own Python before the start). The repair puts the plugin
 directory first on PYTHONPATH and names the class in COMPAT_BACKPORTS; the plugin registers it
 with the engine's ModelRegistry before the model loads. Where no backport fits, the finding is
-an error: the model needs a newer engine.
+an error: the model needs a newer engine. A family whose layers carry their own sliding windows
+(Gemma 3, EXAONE 4's hybrid) also gets `use_sliding_window: false` in the config the engine
+reads: vLLM 0.5.5 applies one window to every layer unless told so, and the backport hands each
+windowed layer its own.
 """
 
 from __future__ import annotations
@@ -23,6 +26,14 @@ from .weights_plugin import blocker, plugin_repair
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import List, Optional
+
+
+def windowed(config: dict) -> bool:
+    """Whether the config has sliding-window layers (a window, and a sliding layer if it lists types)."""
+    window, types = config.get("sliding_window"), config.get("layer_types")
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        return False
+    return not isinstance(types, list) or "sliding_attention" in types
 
 
 def backported(architectures: List[str], registry) -> Optional[str]:
@@ -82,6 +93,12 @@ class Backport(Rule):
             return outcome
         detail = f"{arch} is not registered in {engine}; {PLUGIN_NAME} registers the image's backport (compat_backports.{backport.module}) before the model loads"
         repair = plugin_repair(self.code, self.title, detail, ENV, arch)
+        if backport.windows and windowed(config):
+            # Each layer carries its own window (compat_backports/windows.py); the engine-wide one,
+            # which would window the global layers and recycle their blocks, is switched off with
+            # the engine's own switch (vLLM 0.5.5 reads `use_sliding_window`, as for Qwen2).
+            repair.config_edits = {"use_sliding_window": False}
+            repair.detail += "; its layers take their own sliding windows (the engine-wide window off: use_sliding_window false)"
         # The profile was baked from the image's engine; the start asks that engine itself too.
         repair.engine_check = {"kind": "layer_api", "requires": {k: list(v) for k, v in backport.requires.items()}}
         outcome.repairs.append(repair)

@@ -157,7 +157,7 @@ def test_the_plugin_must_run_in_the_engine(tmp_path, change, env, expected):
 
 def test_a_class_without_a_backport_is_still_r4s(tmp_path):
     data = profile_data("iluvatar-bi100")
-    r10, r4 = outcome_on(data, dict(QWEN3, architectures=["Gemma3ForCausalLM"], model_type="gemma3_text"), tmp_path)
+    r10, r4 = outcome_on(data, dict(QWEN3, architectures=["SmolLM3ForCausalLM"], model_type="smollm3"), tmp_path)
     assert r10.repairs == [] and r10.findings == []
     [finding] = r4.findings
     assert finding.severity == "error" and "needs a newer engine" in finding.message
@@ -182,7 +182,7 @@ def test_triage_names_r10_for_the_refusal_of_a_backported_class(tmp_path):
     log = tmp_path / "vllm.log"
     log.write_text("ValueError: Model architectures ['Qwen3ForCausalLM'] are not supported for now. Supported architectures: [...]\n")
     assert triage_file(str(log)).code == "R10"
-    log.write_text("ValueError: Model architectures ['Gemma3ForCausalLM'] are not supported for now. Supported architectures: [...]\n")
+    log.write_text("ValueError: Model architectures ['SmolLM3ForCausalLM'] are not supported for now. Supported architectures: [...]\n")
     assert triage_file(str(log)).code == "R4"
 
 
@@ -228,7 +228,8 @@ def test_exaone4_gets_its_backport_on_bi100(tmp_path, window):
     r10, r4 = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
     [repair] = r10.repairs
     assert repair.code == "R10" and repair.env[ENV] == "Exaone4ForCausalLM" and r4.findings == []
-    assert BACKPORTS["Exaone4ForCausalLM"].windows is True
+    # Its windowed layers carry their own windows: the engine-wide one goes off, only where there is one.
+    assert repair.config_edits == ({"use_sliding_window": False} if window else {})
 
 
 def test_exaone4_needs_the_cache_config_that_carries_a_window(tmp_path):

@@ -128,10 +128,10 @@ def test_engine_without_a_transformers_backend_needs_the_class_in_its_registry(t
     outcome = r4_on(data, llama(architectures=["MinistralForCausalLM"], model_type="ministral"), tmp_path)
     [finding] = outcome.findings
     assert finding.severity == "error" and "newer engine" in finding.message
-    data["engine"]["architectures"].remove("Gemma3ForCausalLM")
-    gemma3 = llama(architectures=["Gemma3ForCausalLM"], model_type="gemma3_text")
-    [finding] = r4_on(data, gemma3, tmp_path / "q").findings
-    assert finding.severity == "error" and "Gemma3ForCausalLM" in finding.message and "newer engine" in finding.message
+    data["engine"]["architectures"] = [a for a in data["engine"]["architectures"] if a != "SmolLM3ForCausalLM"]
+    smollm3 = llama(architectures=["SmolLM3ForCausalLM"], model_type="smollm3")
+    [finding] = r4_on(data, smollm3, tmp_path / "q").findings
+    assert finding.severity == "error" and "SmolLM3ForCausalLM" in finding.message and "newer engine" in finding.message
 
 
 def test_renamed_class_on_an_engine_without_hf_overrides_is_served_through_a_model_view(tmp_path, env_for_tests):

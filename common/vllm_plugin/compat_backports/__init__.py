@@ -94,6 +94,13 @@ GATHER_055: Dict[str, Tuple[str, ...]] = {
     "distributed/communication_op.py:tensor_model_parallel_all_gather": ("input_", "dim"),
 }
 
+# Gemma's layers: its RMSNorm (x * (1 + w)), the tanh-GELU gated MLP, the final logit soft-cap.
+GEMMA_055: Dict[str, Tuple[str, ...]] = {
+    "model_executor/layers/layernorm.py:GemmaRMSNorm": ("hidden_size", "eps"),
+    "model_executor/layers/activation.py:GeluAndMul": ("approximate",),
+    "model_executor/layers/logits_processor.py:LogitsProcessor": ("vocab_size", "soft_cap"),
+}
+
 # What windows.py hands each windowed layer its own window through: the engine's cache config,
 # whose window every Attention built with it takes (EXAONE 4).
 WINDOWS_055: Dict[str, Tuple[str, ...]] = {
@@ -106,6 +113,7 @@ BACKPORTS: Dict[str, Backport] = {
     "Qwen3MoeForCausalLM": Backport("Qwen3MoeForCausalLM", "qwen3_moe", dict(LAYERS_055, **EXPERTS_055)),
     "GraniteForCausalLM": Backport("GraniteForCausalLM", "granite", LAYERS_055),
     "Olmo2ForCausalLM": Backport("Olmo2ForCausalLM", "olmo2", dict(LAYERS_055, **GATHER_055)),
+    "Gemma3ForCausalLM": Backport("Gemma3ForCausalLM", "gemma3", dict(LAYERS_055, **GEMMA_055), windows=True),
     "Exaone4ForCausalLM": Backport("Exaone4ForCausalLM", "exaone4", dict(LAYERS_055, **WINDOWS_055), windows=True),
 }
 

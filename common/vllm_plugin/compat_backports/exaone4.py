@@ -29,7 +29,7 @@ class Exaone4Model(Qwen3Model):
         def layer(prefix: str) -> Olmo2DecoderLayer:
             window = windows[int(prefix.rsplit(".", 1)[1])]  # make_layers names each "model.layers.<index>"
             attention = Qwen3Attention(
-                config, layer_cache_config(cache_config, window), quant_config, rope=rope_everywhere or window is not None
+                config, layer_cache_config(cache_config, window), quant_config, rotate=rope_everywhere or window is not None
             )
             return Olmo2DecoderLayer(config, cache_config, quant_config, attention=attention)
 
@@ -38,4 +38,7 @@ class Exaone4Model(Qwen3Model):
 
 class Exaone4ForCausalLM(Qwen3ForCausalLM):
     model_cls = Exaone4Model
-    layer_windows = True
+
+    @staticmethod
+    def check_config(config) -> None:
+        layer_windows(config)  # refuses layer types and windows it cannot serve

@@ -17,7 +17,7 @@ from torch import nn
 from vllm.attention import Attention, AttentionMetadata
 from vllm.config import CacheConfig
 from vllm.distributed import get_pp_group, get_tensor_model_parallel_world_size
-from vllm.model_executor.layers.activation import SiluAndMul
+from vllm.model_executor.layers.activation import GeluAndMul, SiluAndMul
 from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
@@ -38,6 +38,11 @@ STACKED = (
     ("gate_up_proj", "gate_proj", 0),
     ("gate_up_proj", "up_proj", 1),
 )
+# A gated MLP's activation (transformers' name) -> the engine's fused act(gate) * up.
+ACTIVATIONS = {
+    "silu": SiluAndMul,
+    "gelu_pytorch_tanh": lambda: GeluAndMul(approximate="tanh"),  # Gemma
+}
 
 
 class Qwen3MLP(nn.Module):
@@ -50,11 +55,11 @@ class Qwen3MLP(nn.Module):
         bias: bool = False,
     ) -> None:
         super().__init__()
-        if hidden_act != "silu":
-            raise ValueError(f"backport: unsupported activation {hidden_act!r}; only silu")
+        if hidden_act not in ACTIVATIONS:
+            raise ValueError(f"backport: unsupported activation {hidden_act!r}; only {', '.join(ACTIVATIONS)}")
         self.gate_up_proj = MergedColumnParallelLinear(hidden_size, [intermediate_size] * 2, bias=bias, quant_config=quant_config)
         self.down_proj = RowParallelLinear(intermediate_size, hidden_size, bias=bias, quant_config=quant_config)
-        self.act_fn = SiluAndMul()
+        self.act_fn = ACTIVATIONS[hidden_act]()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up, _ = self.gate_up_proj(x)
@@ -64,8 +69,11 @@ class Qwen3MLP(nn.Module):
 
 class Qwen3Attention(nn.Module):
     """Qwen3's attention; the backports of other Llama-layout families use it with `qk_norm=False`
-    (no per-head norms), their own `scaling` (Granite's attention_multiplier) and `rope=False`
-    for a layer that takes no position embedding (EXAONE 4's global layers)."""
+    (no per-head norms), their own `scaling` (Granite's attention_multiplier), their own rope
+    (`rope`: base and scaling, Gemma 3's per layer type), none on a layer that takes no position
+    embedding (`rotate=False`: EXAONE 4's global layers) and their own norm class (`norm_cls`)."""
+
+    norm_cls = RMSNorm
 
     def __init__(
         self,
@@ -74,7 +82,8 @@ class Qwen3Attention(nn.Module):
         quant_config: Optional[QuantizationConfig] = None,
         qk_norm: bool = True,
         scaling: Optional[float] = None,
-        rope: bool = True,
+        rope: Optional[Tuple[float, Optional[dict]]] = None,
+        rotate: bool = True,
     ) -> None:
         super().__init__()
         tp_size = get_tensor_model_parallel_world_size()
@@ -94,16 +103,17 @@ class Qwen3Attention(nn.Module):
             config.hidden_size, self.head_dim, self.total_num_heads, self.total_num_kv_heads, bias=bias, quant_config=quant_config
         )
         self.o_proj = RowParallelLinear(self.total_num_heads * self.head_dim, config.hidden_size, bias=bias, quant_config=quant_config)
-        self.qk_norm, self.rope = qk_norm, rope
+        self.qk_norm, self.rotate = qk_norm, rotate
         if qk_norm:
-            self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
-            self.k_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+            self.q_norm = self.norm_cls(self.head_dim, eps=config.rms_norm_eps)
+            self.k_norm = self.norm_cls(self.head_dim, eps=config.rms_norm_eps)
+        base, rope_scaling = rope if rope is not None else (getattr(config, "rope_theta", 1000000), getattr(config, "rope_scaling", None))
         self.rotary_emb = get_rope(
             self.head_dim,
             rotary_dim=self.head_dim,
             max_position=config.max_position_embeddings,
-            base=getattr(config, "rope_theta", 1000000),
-            rope_scaling=getattr(config, "rope_scaling", None),
+            base=base,
+            rope_scaling=rope_scaling,
         )
         self.attn = Attention(
             self.num_heads,
@@ -114,7 +124,7 @@ class Qwen3Attention(nn.Module):
             quant_config=quant_config,
         )
 
-    def _per_head(self, norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
+    def _per_head(self, norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """RMSNorm over each head's head_dim values (the weight is one head's), shape kept."""
         return norm(x.reshape(-1, self.head_dim)).view(x.shape)
 
@@ -125,7 +135,7 @@ class Qwen3Attention(nn.Module):
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         if self.qk_norm:
             q, k = self._per_head(self.q_norm, q), self._per_head(self.k_norm, k)
-        if self.rope:
+        if self.rotate:
             q, k = self.rotary_emb(positions, q, k)
         output, _ = self.o_proj(self.attn(q, k, v, kv_cache, attn_metadata))
         return output
@@ -208,24 +218,28 @@ class Qwen3ForCausalLM(nn.Module):
     """The engine builds it as its own models: `cls(config=, cache_config=, quant_config=)`."""
 
     model_cls = Qwen3Model
-    # True for a family whose layers carry their own windows (windows.py); the engine-wide one is then off.
-    layer_windows = False
 
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
         super().__init__()
-        windowed = getattr(config, "use_sliding_window", False) or "sliding_attention" in (getattr(config, "layer_types", None) or ())
-        if windowed and not self.layer_windows:
-            # vLLM 0.5.5's attention takes one window for every layer (cache_config); Qwen3 slides
-            # only from max_window_layers on. No published Qwen3 turns it on.
-            raise ValueError("Qwen3 backport: sliding-window layers (use_sliding_window) are not supported on this engine")
+        self.check_config(config)
         self.config = config
         self.model = self.model_cls(config, cache_config, quant_config)
         if config.tie_word_embeddings:
             self.lm_head = self.model.embed_tokens
         else:
             self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, quant_config=quant_config)
-        self.logits_processor = LogitsProcessor(config.vocab_size, scale=self.logits_scale(config))
+        self.logits_processor = self.make_logits_processor(config)
         self.sampler = Sampler()
+
+    @staticmethod
+    def check_config(config) -> None:
+        """Refuse what the backport would serve wrong (a family with windows overrides it)."""
+        if getattr(config, "use_sliding_window", False) or "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+            # Qwen3 slides only from max_window_layers on; no published Qwen3 turns it on.
+            raise ValueError("Qwen3 backport: sliding-window layers (use_sliding_window) are not supported on this engine")
+
+    def make_logits_processor(self, config) -> LogitsProcessor:
+        return LogitsProcessor(config.vocab_size, scale=self.logits_scale(config))
 
     @staticmethod
     def logits_scale(config) -> float:

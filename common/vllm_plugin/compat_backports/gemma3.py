@@ -1,0 +1,97 @@
+"""Gemma 3's text model (`Gemma3ForCausalLM`) for the vLLM 0.5.5 generation, from that engine's layers.
+
+Gemma 3 is the engine's Gemma 2 layout (transformers' modeling_gemma3.py): embeddings scaled by
+sqrt(hidden_size) in the weights' dtype, Gemma's RMSNorm (x * (1 + w)), a norm before and after
+each of attention and MLP, a tanh-GELU gated MLP, scaling by query_pre_attn_scalar, tied
+embeddings; plus per-head q/k norms (Gemma's RMSNorm) and two kinds of layers: local ones with a
+sliding window and their own rope base (`rope_local_base_freq`, unscaled), global ones with
+`rope_theta` and the model's rope scaling (linear x8 in the 4B and larger). Each layer's window
+reaches the engine's Attention through windows.py (the engine-wide window is off: R10). No logit
+soft-capping in published Gemma 3 (Gemma 2's final one is kept where a config sets it).
+"""
+
+from typing import Optional, Tuple
+
+import torch
+from torch import nn
+from vllm.attention import AttentionMetadata
+from vllm.config import CacheConfig
+from vllm.model_executor.layers.layernorm import GemmaRMSNorm
+from vllm.model_executor.layers.logits_processor import LogitsProcessor
+from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
+
+from .qwen3 import Qwen3Attention, Qwen3ForCausalLM, Qwen3MLP, Qwen3Model
+from .windows import layer_cache_config, layer_windows
+
+
+class Gemma3Attention(Qwen3Attention):
+    norm_cls = GemmaRMSNorm
+
+
+class Gemma3DecoderLayer(nn.Module):
+    def __init__(
+        self, config, window: Optional[int], cache_config: Optional[CacheConfig], quant_config: Optional[QuantizationConfig]
+    ) -> None:
+        super().__init__()
+        if window is None:
+            rope = (config.rope_theta, getattr(config, "rope_scaling", None))
+        else:
+            rope = (config.rope_local_base_freq, None)  # local layers: their own base, never scaled
+        self.self_attn = Gemma3Attention(
+            config, layer_cache_config(cache_config, window), quant_config, scaling=config.query_pre_attn_scalar**-0.5, rope=rope
+        )
+        self.mlp = Qwen3MLP(config.hidden_size, config.intermediate_size, config.hidden_activation, quant_config)
+        norm = lambda: GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)  # noqa: E731
+        self.input_layernorm, self.post_attention_layernorm = norm(), norm()
+        self.pre_feedforward_layernorm, self.post_feedforward_layernorm = norm(), norm()
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        hidden_states: torch.Tensor,
+        kv_cache: torch.Tensor,
+        attn_metadata: AttentionMetadata,
+        residual: Optional[torch.Tensor],
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        # The residual add is fused into the pre-norms (the engine's gemma2.py convention); the
+        # post-norms act on each branch's output before it joins the residual stream.
+        if residual is None:
+            residual = hidden_states
+            hidden_states = self.input_layernorm(hidden_states)
+        else:
+            hidden_states, residual = self.input_layernorm(hidden_states, residual)
+        hidden_states = self.post_attention_layernorm(self.self_attn(positions, hidden_states, kv_cache, attn_metadata))
+        hidden_states, residual = self.pre_feedforward_layernorm(hidden_states, residual)
+        return self.post_feedforward_layernorm(self.mlp(hidden_states)), residual
+
+
+class Gemma3Model(Qwen3Model):
+    def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
+        windows = layer_windows(config)
+
+        def layer(prefix: str) -> Gemma3DecoderLayer:
+            return Gemma3DecoderLayer(config, windows[int(prefix.rsplit(".", 1)[1])], cache_config, quant_config)
+
+        super().__init__(config, cache_config, quant_config, layer_fn=layer)
+        self.norm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        # transformers multiplies by the scale cast to the weights' dtype (bf16 rounds sqrt(hidden)).
+        self.register_buffer("normalizer", torch.tensor(config.hidden_size**0.5), persistent=False)
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        embeds = self.embed_tokens(input_ids)
+        return embeds * self.normalizer.to(embeds.dtype)
+
+
+class Gemma3ForCausalLM(Qwen3ForCausalLM):
+    model_cls = Gemma3Model
+
+    @staticmethod
+    def check_config(config) -> None:
+        if getattr(config, "use_bidirectional_attention", False):
+            raise ValueError("Gemma 3 backport: bidirectional attention (EmbeddingGemma) is not a causal LM")
+        if getattr(config, "attn_logit_softcapping", None) is not None:
+            raise ValueError("Gemma 3 backport: attention logit soft-capping is not supported on this engine's CPU attention")
+        layer_windows(config)  # refuses layer types and windows it cannot serve
+
+    def make_logits_processor(self, config) -> LogitsProcessor:
+        return LogitsProcessor(config.vocab_size, soft_cap=getattr(config, "final_logit_softcapping", None))
