@@ -840,6 +840,7 @@ LAYER_API = (
     "model_executor/models/__init__.py:ModelRegistry.register_model",
     "model_executor/model_loader/loader.py:build_model",
     "distributed/communication_op.py:tensor_model_parallel_all_gather",
+    "config.py:CacheConfig",
     "model_executor/layers/fused_moe/layer.py:FusedMoE",
     "model_executor/layers/fused_moe/layer.py:FusedMoE.make_expert_params_mapping",
 )

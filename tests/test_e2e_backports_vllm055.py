@@ -5,8 +5,9 @@ Per backported family, a tiny model saved by the engine's own transformers 4.55 
 transformers 5 (so R10 composes with the tokenizer and config repairs), every RMSNorm weight drawn
 at random (a per-head q_norm / k_norm that got the wrong weight changes the tokens):
 Families: Qwen3 and Qwen3-MoE (its transformers-5 save with the experts fused, so R8 composes too;
-its experts are the engine's FusedMoE, given a CPU path on this CPU build by R11). Granite and
-OLMo 2 and Gemma 3 are proven by their conformance cells (conformance/results.json).
+its experts are the engine's FusedMoE, given a CPU path on this CPU build by R11). Granite,
+OLMo 2, Gemma 3 and EXAONE 4 are proven by their conformance cells (conformance/results.json);
+EXAONE 4's layers are also built here, to show each takes its own window and rotary embedding.
 1. vanilla 0.5.5 refuses the class (`Model architectures [...] are not supported for now`), and
    triage names R10;
 2. the iluvatar-bi100 launcher (the engine's Python runs `common launch`) registers the backport
@@ -163,3 +164,44 @@ def test_the_plugin_registers_nothing_unless_asked(tmp_path):
     out = subprocess.run([str(ENGINE.python), "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.strip().splitlines()[-1] == "False", out.stderr[-2000:]
     assert "Loaded general plugin: compat_weights" in out.stdout  # loaded, and asked for nothing
+
+
+# EXAONE 4's layers built by the engine's Python: which rotate, which window each Attention got.
+EXAONE4_LAYERS = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from transformers import Exaone4Config
+from vllm.config import CacheConfig
+from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
+init_distributed_environment(1, 0, f"tcp://127.0.0.1:{sys.argv[2]}", 0, "gloo")
+ensure_model_parallel_initialized(1, 1)
+from compat_backports.exaone4 import Exaone4ForCausalLM
+out = []
+for window, types, engine_window in json.loads(sys.argv[3]):
+    config = Exaone4Config(vocab_size=64, hidden_size=128, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           num_key_value_heads=1, sliding_window=window, layer_types=types)
+    try:
+        model = Exaone4ForCausalLM(config, CacheConfig(16, 0.9, 0, "auto", sliding_window=engine_window))
+        out.append([[layer.self_attn.rotate, layer.self_attn.attn.impl.sliding_window] for layer in model.model.layers])
+    except ValueError as exc:
+        out.append(str(exc))
+print("LAYERS " + json.dumps(out))
+"""
+
+
+def test_exaone4_layers_take_their_window_and_rope_from_the_config():
+    """As transformers' modeling_exaone4.py: with a window, only the windowed layers rotate and
+    each keeps its own window; without one (the 1.2B) every layer rotates, globally. An engine
+    that still applies the model-wide window to a global layer is refused, not served wrong."""
+    from common.rules.weights_plugin import PLUGIN_DIR
+
+    hybrid = ["sliding_attention", "full_attention"]
+    cases = [[12, hybrid, None], [None, ["full_attention"] * 2, None], [12, hybrid, 12]]
+    argv = [str(ENGINE.python), "-c", EXAONE4_LAYERS, PLUGIN_DIR, str(free_port()), json.dumps(cases)]
+    proc = subprocess.run(argv, cwd=str(ROOT), env=ENGINE.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [line] = [x for x in proc.stdout.splitlines() if x.startswith("LAYERS ")]
+    hybrid_layers, global_layers, refused = json.loads(line[len("LAYERS ") :])
+    assert hybrid_layers == [[True, 12], [False, None]]
+    assert global_layers == [[True, None], [True, None]]
+    assert "use_sliding_window: false" in refused

@@ -57,6 +57,7 @@ R11_MODEL_TYPES = ("deepseek_v2", "mixtral", "qwen2_moe", "qwen3_moe")
 R9_MODEL_TYPES = ("aya_vision", "gemma3", "llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma")
 # R10: the architectures the runtime package ships a backport of (vllm_plugin/compat_backports).
 R10_ARCHITECTURES = (
+    "Exaone4ForCausalLM",
     "Gemma3ForCausalLM",
     "Gemma3ForConditionalGeneration",
     "GraniteForCausalLM",
@@ -77,6 +78,7 @@ C1_ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
         "Exaone4ForCausalLM",
         "Gemma2ForCausalLM",
         "Gemma3ForCausalLM",
+        "Gemma3ForConditionalGeneration",
         "GptOssForCausalLM",
         "HunYuanDenseV1ForCausalLM",
         "Llama4ForCausalLM",
@@ -108,6 +110,7 @@ C1_ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
         "Exaone4ForCausalLM",
         "Gemma2ForCausalLM",
         "Gemma3ForCausalLM",
+        "Gemma3ForConditionalGeneration",
         "GptOssForCausalLM",
         "HunYuanDenseV1ForCausalLM",
         "Llama4ForCausalLM",
@@ -125,6 +128,7 @@ C1_ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
         "DbrxForCausalLM",
         "DeepseekV2ForCausalLM",
         "DeepseekV3ForCausalLM",
+        "Gemma3ForConditionalGeneration",
         "MptForCausalLM",
         "PhimoeForCausalLM",
         "Qwen3NextForCausalLM",

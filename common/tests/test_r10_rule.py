@@ -206,3 +206,39 @@ def test_a_clean_start_never_imports_a_backport(env_for_tests):
     proc = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=env_for_tests, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+EXAONE4 = {
+    "architectures": ["Exaone4ForCausalLM"],
+    "model_type": "exaone4",
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "sliding_window": 12,
+    "layer_types": ["sliding_attention", "full_attention"],
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize("window", [12, None], ids=["hybrid", "global"])
+def test_exaone4_gets_its_backport_on_bi100(tmp_path, window):
+    config = dict(EXAONE4, sliding_window=window)
+    if window is None:
+        config["layer_types"] = ["full_attention"] * 2
+    r10, r4 = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
+    [repair] = r10.repairs
+    assert repair.code == "R10" and repair.env[ENV] == "Exaone4ForCausalLM" and r4.findings == []
+    # Its windowed layers carry their own windows: the engine-wide one goes off, only where there is one.
+    assert repair.config_edits == ({"use_sliding_window": False} if window else {})
+
+
+def test_exaone4_needs_the_cache_config_that_carries_a_window(tmp_path):
+    """Its layers' windows reach 0.5.5's Attention only through the cache config each is built
+    with: an engine whose CacheConfig takes no window cannot serve them (Qwen3 still fits)."""
+    data = profile_data("iluvatar-bi100")
+    data["engine"]["layer_api"]["config.py:CacheConfig"] = ["block_size"]
+    r10, _ = outcome_on(data, EXAONE4, tmp_path)
+    [finding] = r10.findings
+    assert r10.repairs == [] and finding.severity == "error" and "CacheConfig(sliding_window)" in finding.message
+    r10, _ = outcome_on(data, QWEN3, tmp_path)
+    assert [r.code for r in r10.repairs] == ["R10"]

@@ -101,14 +101,21 @@ GEMMA_055: Dict[str, Tuple[str, ...]] = {
     "model_executor/layers/logits_processor.py:LogitsProcessor": ("vocab_size", "soft_cap"),
 }
 
+# What windows.py hands each windowed layer its own window through: the engine's cache config,
+# whose window every Attention built with it takes (EXAONE 4).
+WINDOWS_055: Dict[str, Tuple[str, ...]] = {
+    "config.py:CacheConfig": ("sliding_window",),
+}
+
 # architecture -> its backport: one line per backported family.
 BACKPORTS: Dict[str, Backport] = {
     "Qwen3ForCausalLM": Backport("Qwen3ForCausalLM", "qwen3", LAYERS_055),
     "Qwen3MoeForCausalLM": Backport("Qwen3MoeForCausalLM", "qwen3_moe", dict(LAYERS_055, **EXPERTS_055)),
     "GraniteForCausalLM": Backport("GraniteForCausalLM", "granite", LAYERS_055),
     "Olmo2ForCausalLM": Backport("Olmo2ForCausalLM", "olmo2", dict(LAYERS_055, **GATHER_055)),
-    "Gemma3ForCausalLM": Backport("Gemma3ForCausalLM", "gemma3", dict(LAYERS_055, **GEMMA_055), windows=True),
-    "Gemma3ForConditionalGeneration": Backport("Gemma3ForConditionalGeneration", "gemma3", dict(LAYERS_055, **GEMMA_055), windows=True),
+    "Gemma3ForCausalLM": Backport("Gemma3ForCausalLM", "gemma3", dict(LAYERS_055, **GEMMA_055, **WINDOWS_055), windows=True),
+    "Gemma3ForConditionalGeneration": Backport("Gemma3ForConditionalGeneration", "gemma3", dict(LAYERS_055, **GEMMA_055, **WINDOWS_055), windows=True),
+    "Exaone4ForCausalLM": Backport("Exaone4ForCausalLM", "exaone4", dict(LAYERS_055, **WINDOWS_055), windows=True),
 }
 
 

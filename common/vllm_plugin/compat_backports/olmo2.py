@@ -50,8 +50,13 @@ class Olmo2Attention(Qwen3Attention):
 
 
 class Olmo2DecoderLayer(Qwen3DecoderLayer):
-    def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
-        super().__init__(config, cache_config, quant_config, attention=Olmo2Attention(config, cache_config, quant_config))
+    """OLMo 2's post-norm layer; EXAONE 4 passes its own `attention`."""
+
+    def __init__(
+        self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None, attention=None
+    ) -> None:
+        attention = attention if attention is not None else Olmo2Attention(config, cache_config, quant_config)
+        super().__init__(config, cache_config, quant_config, attention=attention)
         del self.input_layernorm  # OLMo 2 normalizes the blocks' outputs only
         self.post_feedforward_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 

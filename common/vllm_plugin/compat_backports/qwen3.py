@@ -70,7 +70,8 @@ class Qwen3MLP(nn.Module):
 class Qwen3Attention(nn.Module):
     """Qwen3's attention; the backports of other Llama-layout families use it with `qk_norm=False`
     (no per-head norms), their own `scaling` (Granite's attention_multiplier), their own rope
-    (`rope`: base and scaling, Gemma 3's per layer type) and their own norm class (`norm_cls`)."""
+    (`rope`: base and scaling, Gemma 3's per layer type), none on a layer that takes no position
+    embedding (`rotate=False`: EXAONE 4's global layers) and their own norm class (`norm_cls`)."""
 
     norm_cls = RMSNorm
 
@@ -82,6 +83,7 @@ class Qwen3Attention(nn.Module):
         qk_norm: bool = True,
         scaling: Optional[float] = None,
         rope: Optional[Tuple[float, Optional[dict]]] = None,
+        rotate: bool = True,
     ) -> None:
         super().__init__()
         tp_size = get_tensor_model_parallel_world_size()
@@ -101,7 +103,7 @@ class Qwen3Attention(nn.Module):
             config.hidden_size, self.head_dim, self.total_num_heads, self.total_num_kv_heads, bias=bias, quant_config=quant_config
         )
         self.o_proj = RowParallelLinear(self.total_num_heads * self.head_dim, config.hidden_size, bias=bias, quant_config=quant_config)
-        self.qk_norm = qk_norm
+        self.qk_norm, self.rotate = qk_norm, rotate
         if qk_norm:
             self.q_norm = self.norm_cls(self.head_dim, eps=config.rms_norm_eps)
             self.k_norm = self.norm_cls(self.head_dim, eps=config.rms_norm_eps)
@@ -133,7 +135,8 @@ class Qwen3Attention(nn.Module):
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         if self.qk_norm:
             q, k = self._per_head(self.q_norm, q), self._per_head(self.k_norm, k)
-        q, k = self.rotary_emb(positions, q, k)
+        if self.rotate:
+            q, k = self.rotary_emb(positions, q, k)
         output, _ = self.o_proj(self.attn(q, k, v, kv_cache, attn_metadata))
         return output
 
