@@ -101,7 +101,7 @@ class Qwen3Attention(nn.Module):
             rotary_dim=self.head_dim,
             max_position=config.max_position_embeddings,
             base=getattr(config, "rope_theta", 1000000),
-            rope_scaling=getattr(config, "rope_scaling", None),
+            rope_scaling=self.rope_scaling(config),
         )
         self.attn = Attention(
             self.num_heads,
@@ -111,6 +111,14 @@ class Qwen3Attention(nn.Module):
             cache_config=cache_config,
             quant_config=quant_config,
         )
+
+    def rope_scaling(self, config) -> Optional[dict]:
+        """The rope scaling handed to the engine's get_rope (Ministral 3 restates its YaRN)."""
+        return getattr(config, "rope_scaling", None)
+
+    def rotate(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """q and k after the rotary embedding (Ministral 3 also scales q by position here)."""
+        return self.rotary_emb(positions, q, k)
 
     def _per_head(self, norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
         """RMSNorm over each head's head_dim values (the weight is one head's), shape kept."""
@@ -123,7 +131,7 @@ class Qwen3Attention(nn.Module):
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         if self.qk_norm:
             q, k = self._per_head(self.q_norm, q), self._per_head(self.k_norm, k)
-        q, k = self.rotary_emb(positions, q, k)
+        q, k = self.rotate(positions, q, k)
         output, _ = self.o_proj(self.attn(q, k, v, kv_cache, attn_metadata))
         return output
 
@@ -208,10 +216,9 @@ class Qwen3ForCausalLM(nn.Module):
 
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
         super().__init__()
-        if getattr(config, "use_sliding_window", False) or "sliding_attention" in (getattr(config, "layer_types", None) or ()):
-            # vLLM 0.5.5's attention takes one window for every layer (cache_config); Qwen3 slides
-            # only from max_window_layers on. No published Qwen3 turns it on.
-            raise ValueError("Qwen3 backport: sliding-window layers (use_sliding_window) are not supported on this engine")
+        refused = self.refuse(config)
+        if refused:
+            raise ValueError(refused)
         self.config = config
         self.model = self.model_cls(config, cache_config, quant_config)
         if config.tie_word_embeddings:
@@ -220,6 +227,15 @@ class Qwen3ForCausalLM(nn.Module):
             self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, quant_config=quant_config)
         self.logits_processor = LogitsProcessor(config.vocab_size, scale=self.logits_scale(config))
         self.sampler = Sampler()
+
+    @staticmethod
+    def refuse(config) -> Optional[str]:
+        """Why this engine cannot serve `config` right, or None."""
+        if getattr(config, "use_sliding_window", False) or "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+            # vLLM 0.5.5's attention takes one window for every layer (cache_config); Qwen3 slides
+            # only from max_window_layers on. No published Qwen3 turns it on.
+            return "Qwen3 backport: sliding-window layers (use_sliding_window) are not supported on this engine"
+        return None
 
     @staticmethod
     def logits_scale(config) -> float:
