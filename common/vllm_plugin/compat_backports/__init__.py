@@ -94,12 +94,20 @@ GATHER_055: Dict[str, Tuple[str, ...]] = {
     "distributed/communication_op.py:tensor_model_parallel_all_gather": ("input_", "dim"),
 }
 
+# A YaRN rope whose cos/sin factor is not the engine's own: get_rope hands `attn_factor` from the
+# rope scaling to the yarn rotary, which multiplies its factor by it (Ministral 3, yarn.py).
+YARN_055: Dict[str, Tuple[str, ...]] = {
+    "model_executor/layers/rotary_embedding.py:YaRNScalingRotaryEmbedding": ("scaling_factor", "attn_factor", "beta_fast", "beta_slow"),
+}
+
 # architecture -> its backport: one line per backported family.
 BACKPORTS: Dict[str, Backport] = {
     "Qwen3ForCausalLM": Backport("Qwen3ForCausalLM", "qwen3", LAYERS_055),
     "Qwen3MoeForCausalLM": Backport("Qwen3MoeForCausalLM", "qwen3_moe", dict(LAYERS_055, **EXPERTS_055)),
     "GraniteForCausalLM": Backport("GraniteForCausalLM", "granite", LAYERS_055),
     "Olmo2ForCausalLM": Backport("Olmo2ForCausalLM", "olmo2", dict(LAYERS_055, **GATHER_055)),
+    "Ministral3ForCausalLM": Backport("Ministral3ForCausalLM", "ministral3", dict(LAYERS_055, **YARN_055)),
+    "Mistral3ForConditionalGeneration": Backport("Mistral3ForConditionalGeneration", "ministral3", dict(LAYERS_055, **YARN_055)),
 }
 
 
