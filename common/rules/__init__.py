@@ -125,6 +125,7 @@ C1_ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
         "DbrxForCausalLM",
         "DeepseekV2ForCausalLM",
         "DeepseekV3ForCausalLM",
+        "Ministral3ForCausalLM",
         "MptForCausalLM",
         "PhimoeForCausalLM",
         "Qwen3NextForCausalLM",
