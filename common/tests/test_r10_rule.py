@@ -101,6 +101,26 @@ def test_verification_asks_the_engines_own_vllm(tmp_path, env_for_tests):
     assert finding["severity"] == "error" and "Attention(num_kv_heads)" in finding["message"], finding
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(QWEN3, architectures=["Ministral3ForCausalLM"], model_type="ministral3"),
+        # Ministral 3 / Devstral Small 2 as published: the vision-language wrapper, served as text.
+        {
+            "architectures": ["Mistral3ForConditionalGeneration"],
+            "model_type": "mistral3",
+            "text_config": dict(QWEN3, model_type="ministral3"),
+        },
+    ],
+)
+def test_ministral3_and_its_wrapper_get_the_backport_on_bi100(tmp_path, config):
+    r10, r4 = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
+    [repair] = r10.repairs
+    assert repair.env == {ENV: config["architectures"][0]} and r10.findings == [] and r4.findings == []
+    # Its YaRN rides on the engine's yarn rotary taking attn_factor: asked of the engine too.
+    assert "attn_factor" in repair.engine_check["requires"]["model_executor/layers/rotary_embedding.py:YaRNScalingRotaryEmbedding"]
+
+
 def test_an_engine_with_the_class_gets_nothing(tmp_path):
     data = profile_data("nv-a100")
     assert "Qwen3ForCausalLM" in data["engine"]["architectures"]

@@ -185,6 +185,22 @@ def test_doctor_on_bi100_reads_the_config_with_the_registered_classes(tmp_path, 
     assert any(f["code"] == "R4" and f["severity"] == "error" for f in data["findings"]), data["findings"]
 
 
+@needs_venvs
+def test_r5_in_the_nested_text_config_of_an_r12_type_verifies_with_the_registered_class(tmp_path, env):
+    """Ministral 3 as published (a mistral3 wrapper around a ministral3 text_config) saved by
+    transformers 5: R5's rewritten config.json (the text_config's rope) is read by the engine's
+    AutoConfig with R12's classes registered first, as the engine's process reads it; the
+    backport (R10) serves the wrapper as text."""
+    path, _ = _saved_by_5(tmp_path, "mistral3+ministral3")
+    config = dict(json.loads((path / "config.json").read_text()), architectures=["Mistral3ForConditionalGeneration"])
+    model = model_dir(tmp_path / "m", {"config.json": config})
+    result = run_common(["doctor", str(model), "--card", "iluvatar-bi100", "--json"], dict(env, COMPAT_ENGINE_PYTHON=str(ENGINE055_PYTHON)))
+    data = json.loads(result.stdout)
+    repairs = {r["code"]: r for r in data["repairs"]}
+    assert {"R12", "R5", "R10"} <= set(repairs) and all(repairs[c]["verified"] is True for c in ("R5", "R10")), data["repairs"]
+    assert data["verdict"] == "starts", data["findings"]
+
+
 @pytest.mark.parametrize("model_type", ["gemma4", "qwen3_5_text", "glm_moe_dsa"])
 def test_triage_leaves_the_refusal_of_an_unknown_type_to_config(model_type):
     """A log of the refusal names CONFIG (a newer engine), with or without a class here: the class

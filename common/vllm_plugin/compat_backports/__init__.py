@@ -107,6 +107,12 @@ WINDOWS_055: Dict[str, Tuple[str, ...]] = {
     "config.py:CacheConfig": ("sliding_window",),
 }
 
+# A YaRN rope whose cos/sin factor is not the engine's own: get_rope hands `attn_factor` from the
+# rope scaling to the yarn rotary, which multiplies its factor by it (Ministral 3, yarn.py).
+YARN_055: Dict[str, Tuple[str, ...]] = {
+    "model_executor/layers/rotary_embedding.py:YaRNScalingRotaryEmbedding": ("scaling_factor", "attn_factor", "beta_fast", "beta_slow"),
+}
+
 # architecture -> its backport: one line per backported family.
 BACKPORTS: Dict[str, Backport] = {
     "Qwen3ForCausalLM": Backport("Qwen3ForCausalLM", "qwen3", LAYERS_055),
@@ -114,8 +120,12 @@ BACKPORTS: Dict[str, Backport] = {
     "GraniteForCausalLM": Backport("GraniteForCausalLM", "granite", LAYERS_055),
     "Olmo2ForCausalLM": Backport("Olmo2ForCausalLM", "olmo2", dict(LAYERS_055, **GATHER_055)),
     "Gemma3ForCausalLM": Backport("Gemma3ForCausalLM", "gemma3", dict(LAYERS_055, **GEMMA_055, **WINDOWS_055), windows=True),
-    "Gemma3ForConditionalGeneration": Backport("Gemma3ForConditionalGeneration", "gemma3", dict(LAYERS_055, **GEMMA_055, **WINDOWS_055), windows=True),
+    "Gemma3ForConditionalGeneration": Backport(
+        "Gemma3ForConditionalGeneration", "gemma3", dict(LAYERS_055, **GEMMA_055, **WINDOWS_055), windows=True
+    ),
     "Exaone4ForCausalLM": Backport("Exaone4ForCausalLM", "exaone4", dict(LAYERS_055, **WINDOWS_055), windows=True),
+    "Ministral3ForCausalLM": Backport("Ministral3ForCausalLM", "ministral3", dict(LAYERS_055, **YARN_055)),
+    "Mistral3ForConditionalGeneration": Backport("Mistral3ForConditionalGeneration", "ministral3", dict(LAYERS_055, **YARN_055)),
 }
 
 

@@ -24,6 +24,7 @@ from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
 from .qwen3 import Qwen3Attention, Qwen3ForCausalLM, Qwen3MLP, Qwen3Model
+from .text_of_vlm import text_name
 from .windows import layer_cache_config, layer_windows
 
 logger = logging.getLogger("vllm.compat_backports.gemma3")
@@ -102,23 +103,6 @@ class Gemma3ForCausalLM(Qwen3ForCausalLM):
         return LogitsProcessor(config.vocab_size, soft_cap=getattr(config, "final_logit_softcapping", None))
 
 
-# Where a Gemma 3 vision-language checkpoint keeps its language model (transformers 4.52 and
-# later write the first form; the checkpoints Google published, and saves before 4.52, the
-# second), and what served as text leaves out.
-TEXT_PREFIXES = (("model.language_model.", "model."), ("language_model.model.", "model."), ("language_model.lm_head.", "lm_head."))
-VISION_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.", "vision_tower.", "multi_modal_projector.")
-
-
-def text_weight(name: str) -> Optional[str]:
-    """The text model's name of a Gemma3ForConditionalGeneration checkpoint tensor; None: vision."""
-    if name.startswith(VISION_PREFIXES):
-        return None
-    for prefix, to in TEXT_PREFIXES:
-        if name.startswith(prefix):
-            return to + name[len(prefix) :]
-    return name
-
-
 class Gemma3ForConditionalGeneration(Gemma3ForCausalLM):
     """Gemma 3 4B-27B served as text: the language model of `config.text_config`, its vision tower
     and projector never built (the engine takes no images for it: a text-only start, said in the log)."""
@@ -131,7 +115,7 @@ class Gemma3ForConditionalGeneration(Gemma3ForCausalLM):
 
         def text(weights: Iterable[Tuple[str, torch.Tensor]]) -> Iterable[Tuple[str, torch.Tensor]]:
             for name, tensor in weights:
-                renamed = text_weight(name)
+                renamed = text_name(name)
                 if renamed is None:
                     skipped.append(name)
                 else:

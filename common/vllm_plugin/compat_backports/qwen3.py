@@ -103,11 +103,11 @@ class Qwen3Attention(nn.Module):
             config.hidden_size, self.head_dim, self.total_num_heads, self.total_num_kv_heads, bias=bias, quant_config=quant_config
         )
         self.o_proj = RowParallelLinear(self.total_num_heads * self.head_dim, config.hidden_size, bias=bias, quant_config=quant_config)
-        self.qk_norm, self.rotate = qk_norm, rotate
+        self.qk_norm, self.rotates = qk_norm, rotate
         if qk_norm:
             self.q_norm = self.norm_cls(self.head_dim, eps=config.rms_norm_eps)
             self.k_norm = self.norm_cls(self.head_dim, eps=config.rms_norm_eps)
-        base, rope_scaling = rope if rope is not None else (getattr(config, "rope_theta", 1000000), getattr(config, "rope_scaling", None))
+        base, rope_scaling = rope if rope is not None else (getattr(config, "rope_theta", 1000000), self.rope_scaling(config))
         self.rotary_emb = get_rope(
             self.head_dim,
             rotary_dim=self.head_dim,
@@ -124,6 +124,14 @@ class Qwen3Attention(nn.Module):
             quant_config=quant_config,
         )
 
+    def rope_scaling(self, config) -> Optional[dict]:
+        """The rope scaling handed to the engine's get_rope (Ministral 3 restates its YaRN)."""
+        return getattr(config, "rope_scaling", None)
+
+    def rotate(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """q and k after the rotary embedding (Ministral 3 also scales q by position here)."""
+        return self.rotary_emb(positions, q, k)
+
     def _per_head(self, norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """RMSNorm over each head's head_dim values (the weight is one head's), shape kept."""
         return norm(x.reshape(-1, self.head_dim)).view(x.shape)
@@ -135,8 +143,8 @@ class Qwen3Attention(nn.Module):
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         if self.qk_norm:
             q, k = self._per_head(self.q_norm, q), self._per_head(self.k_norm, k)
-        if self.rotate:
-            q, k = self.rotary_emb(positions, q, k)
+        if self.rotates:
+            q, k = self.rotate(positions, q, k)
         output, _ = self.o_proj(self.attn(q, k, v, kv_cache, attn_metadata))
         return output
 

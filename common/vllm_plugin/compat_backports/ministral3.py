@@ -1,0 +1,115 @@
+"""Ministral 3 (`Ministral3ForCausalLM`, Devstral Small 2's text model) for the vLLM 0.5.5
+generation, on the Qwen3 backport's layers, and its vision-language wrapper
+`Mistral3ForConditionalGeneration` (how Ministral 3 and Devstral Small 2 are published) served as
+text.
+
+transformers 5's modeling_ministral3.py is the Mistral layout (no biases, no q/k norms, an
+explicit head_dim) with two differences, both in yarn.py: its YaRN scales cos and sin by
+mscale/mscale_all_dim's ratio, which the engine's yarn rotary is handed as attn_factor; and each
+query is scaled by its position after the rotary embedding. Its attention applies the config's
+`sliding_window` to every layer; vLLM 0.5.5 serves such a model-wide window wrong (the
+mistral-window conformance cell) and no published Ministral 3 has one, so a config with a window
+is refused. The rope parameters are the ones the engine's config holds: `rope_scaling`, as the
+image's config class (R12) and R5's flags state transformers 5's `rope_parameters` for an engine
+of transformers 4.
+
+The wrapper builds only the text model: this engine has no Pixtral tower, so image requests are
+not served; the checkpoint's text tensors are renamed onto it and the vision tower's and
+projector's skipped (text_of_vlm.py), counted in one log line.
+"""
+
+import copy
+import logging
+from typing import Any, Dict, Iterable, Optional, Tuple
+
+import torch
+from vllm.config import CacheConfig
+from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
+
+from .qwen3 import Qwen3Attention, Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3Model
+from .text_of_vlm import text_name
+from .yarn import engine_rope_scaling, query_scale
+
+log = logging.getLogger("vllm.compat_backports")
+
+
+def rope_parameters(config) -> Dict[str, Any]:
+    """The rope parameters the engine holds for `config` (see the module's doc)."""
+    for key in ("rope_scaling", "rope_parameters"):
+        value = getattr(config, key, None)
+        if isinstance(value, dict) and value:
+            return value
+    return {}
+
+
+class Ministral3Attention(Qwen3Attention):
+    def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
+        super().__init__(config, cache_config, quant_config, qk_norm=False)
+        self.query_scale = query_scale(rope_parameters(config), config.max_position_embeddings)
+
+    def rope_scaling(self, config) -> Optional[dict]:
+        return engine_rope_scaling(rope_parameters(config), config.max_position_embeddings)
+
+    def rotate(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        q, k = super().rotate(positions, q, k)
+        if self.query_scale is None:
+            return q, k
+        beta, original = self.query_scale
+        # transformers' ops in its order (positions divided in float32), one factor per token.
+        scale = 1 + beta * torch.log(1 + torch.floor(positions.to(torch.float32) / original))
+        return q * scale.unsqueeze(-1).to(q.dtype), k
+
+
+class Ministral3Model(Qwen3Model):
+    def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
+        def layer(prefix: str) -> Qwen3DecoderLayer:
+            attention = Ministral3Attention(config, cache_config, quant_config)
+            return Qwen3DecoderLayer(config, cache_config, quant_config, attention=attention)
+
+        super().__init__(config, cache_config, quant_config, layer_fn=layer)
+
+
+class Ministral3ForCausalLM(Qwen3ForCausalLM):
+    model_cls = Ministral3Model
+
+    @staticmethod
+    def check_config(config) -> None:
+        window = getattr(config, "sliding_window", None)
+        if window is not None:
+            raise ValueError(f"Ministral 3 backport: a sliding window ({window}) on every layer is not supported on this engine")
+
+
+class Mistral3ForConditionalGeneration(Ministral3ForCausalLM):
+    """The engine builds it with the wrapper's config; the model is its text_config's."""
+
+    def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
+        text = copy.copy(config.text_config)
+        # transformers 5 ties the output matrix to the embeddings by the wrapper's flag (True
+        # unless stated), and unties a pair the checkpoint holds both of: built untied unless both
+        # configs tie, the embeddings stand in for an output matrix the checkpoint lacks.
+        self_ties = bool(getattr(config, "tie_word_embeddings", True))
+        text.tie_word_embeddings = self_ties and bool(text.tie_word_embeddings)
+        super().__init__(text, cache_config, quant_config)
+        self.wrapper_ties = self_ties
+
+    def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
+        seen = {"skipped": 0, "lm_head": False, "embedding": None}
+
+        def text_weights() -> Iterable[Tuple[str, torch.Tensor]]:
+            for name, loaded in weights:
+                name = text_name(name)
+                if name is None:
+                    seen["skipped"] += 1
+                    continue
+                if name == "model.embed_tokens.weight":
+                    seen["embedding"] = loaded
+                seen["lm_head"] = seen["lm_head"] or name.startswith("lm_head.")
+                yield name, loaded
+
+        super().load_weights(text_weights())
+        if not self.config.tie_word_embeddings and self.wrapper_ties and not seen["lm_head"] and seen["embedding"] is not None:
+            super().load_weights([("lm_head.weight", seen["embedding"])])
+        log.info(
+            "Mistral3ForConditionalGeneration backport: the text model is served; %d vision tower and projector tensors skipped",
+            seen["skipped"],
+        )
