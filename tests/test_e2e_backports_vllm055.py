@@ -182,7 +182,7 @@ for window, types, engine_window in json.loads(sys.argv[3]):
                            num_key_value_heads=1, sliding_window=window, layer_types=types)
     try:
         model = Exaone4ForCausalLM(config, CacheConfig(16, 0.9, 0, "auto", sliding_window=engine_window))
-        out.append([[layer.self_attn.rotate, layer.self_attn.attn.impl.sliding_window] for layer in model.model.layers])
+        out.append([[layer.self_attn.rotates, layer.self_attn.attn.impl.sliding_window] for layer in model.model.layers])
     except ValueError as exc:
         out.append(str(exc))
 print("LAYERS " + json.dumps(out))
