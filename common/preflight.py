@@ -232,11 +232,14 @@ def _materialize(pending: Pending, ask_engine_config: bool) -> None:
     if tokenizer is not None:
         requests.append({"kind": "tokenizer", "overlay": tokenizer[0], "model": model.path})
     carried_requests = carried.requests(trust) if carried is not None and carried.config_dir else []
+    registered = _registered_config_types(plan)
+    for request in carried_requests:
+        if request["kind"] == "config" and registered:
+            request["register"] = registered  # the rewritten config is read with R12's classes too
     requests += carried_requests
     pending.carried_requests = len(carried_requests)
     if ask_engine_config and model.state("config.json").exists and _engine_reads_with_transformers(plan, model, pending.profile):
         request = {"kind": "config", "path": model.path, "trust_remote_code": trust, "attributes": []}
-        registered = _registered_config_types(plan)
         if registered:
             request["register"] = registered  # R12's classes: the engine's process registers them too
         requests.append(request)

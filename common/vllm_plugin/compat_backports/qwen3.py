@@ -70,7 +70,9 @@ class Qwen3MLP(nn.Module):
 class Qwen3Attention(nn.Module):
     """Qwen3's attention; the backports of other Llama-layout families use it with `qk_norm=False`
     (no per-head norms), their own `scaling` (Granite's attention_multiplier), their own rope
-    (`rope`: base and scaling, Gemma 3's per layer type) and their own norm class (`norm_cls`)."""
+    (`rope`: base and scaling, Gemma 3's per layer type; `make_rotary` for one get_rope lacks),
+    their own norm class (`norm_cls`), and a head size of their own per layer (`head_dim`, Gemma 4)
+    held in the engine's attention and KV cache at `cache_head_size` (the engine's one size)."""
 
     norm_cls = RMSNorm
 
@@ -82,6 +84,8 @@ class Qwen3Attention(nn.Module):
         qk_norm: bool = True,
         scaling: Optional[float] = None,
         rope: Optional[Tuple[float, Optional[dict]]] = None,
+        head_dim: Optional[int] = None,
+        cache_head_size: Optional[int] = None,
     ) -> None:
         super().__init__()
         tp_size = get_tensor_model_parallel_world_size()
@@ -93,7 +97,7 @@ class Qwen3Attention(nn.Module):
         # Fewer KV heads than ranks: each rank holds a replica (as in the engine's qwen2.py).
         self.num_kv_heads = max(1, self.total_num_kv_heads // tp_size)
         # Explicit in every Qwen3 config; hidden/heads is what transformers falls back to.
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.total_num_heads
+        self.head_dim = head_dim or getattr(config, "head_dim", None) or config.hidden_size // self.total_num_heads
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         bias = bool(getattr(config, "attention_bias", False))
@@ -106,20 +110,23 @@ class Qwen3Attention(nn.Module):
             self.q_norm = self.norm_cls(self.head_dim, eps=config.rms_norm_eps)
             self.k_norm = self.norm_cls(self.head_dim, eps=config.rms_norm_eps)
         base, rope_scaling = rope if rope is not None else (getattr(config, "rope_theta", 1000000), getattr(config, "rope_scaling", None))
-        self.rotary_emb = get_rope(
+        self.rotary_emb = self.make_rotary(config, base, rope_scaling)
+        self.attn = Attention(
+            self.num_heads,
+            cache_head_size or self.head_dim,
+            self.head_dim**-0.5 if scaling is None else scaling,
+            num_kv_heads=self.num_kv_heads,
+            cache_config=cache_config,
+            quant_config=quant_config,
+        )
+
+    def make_rotary(self, config, base: float, rope_scaling: Optional[dict]) -> nn.Module:
+        return get_rope(
             self.head_dim,
             rotary_dim=self.head_dim,
             max_position=config.max_position_embeddings,
             base=base,
             rope_scaling=rope_scaling,
-        )
-        self.attn = Attention(
-            self.num_heads,
-            self.head_dim,
-            self.head_dim**-0.5 if scaling is None else scaling,
-            num_kv_heads=self.num_kv_heads,
-            cache_config=cache_config,
-            quant_config=quant_config,
         )
 
     def _per_head(self, norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
