@@ -111,6 +111,7 @@ class Backport(Rule):
             if heads:
                 # vLLM 0.5.5 sizes every layer's KV cache by the one head_dim; narrower layers pad to it.
                 repair.config_edits = dict(repair.config_edits, **heads)
+                ctx.config_edits.update(heads)
                 repair.detail += f"; its layers' head sizes differ (the engine's head_dim the widest, {heads['head_dim']}, each layer's own in per_layer_config)"
         # The profile was baked from the image's engine; the start asks that engine itself too.
         repair.engine_check = {"kind": "layer_api", "requires": {k: list(v) for k, v in backport.requires.items()}}

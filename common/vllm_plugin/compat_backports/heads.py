@@ -49,7 +49,7 @@ def layer_overrides(config: Any) -> Dict[int, Dict[str, Any]]:
         return out
     overrides: Dict[str, Any] = {"head_dim": _get(config, "global_head_dim", GLOBAL_HEAD_DIM)}
     kv = _get(config, "num_global_key_value_heads")
-    if kv is not None and _get(config, "attention_k_eq_v", True):
+    if kv is not None and _get(config, "attention_k_eq_v", False):  # the config class's default
         overrides["num_key_value_heads"] = kv
     types = _get(config, "layer_types") or []
     return {i: dict(overrides) for i, kind in enumerate(types) if kind == FULL}
