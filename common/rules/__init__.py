@@ -56,7 +56,14 @@ R8_MODEL_TYPES = (
 R11_MODEL_TYPES = ("deepseek_v2", "mixtral", "qwen2_moe", "qwen3_moe")
 R9_MODEL_TYPES = ("aya_vision", "gemma3", "llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma")
 # R10: the architectures the runtime package ships a backport of (vllm_plugin/compat_backports).
-R10_ARCHITECTURES = ("Gemma3ForCausalLM", "Gemma4ForCausalLM", "GraniteForCausalLM", "Olmo2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+R10_ARCHITECTURES = (
+    "Gemma3ForCausalLM",
+    "Gemma4ForCausalLM",
+    "GraniteForCausalLM",
+    "Olmo2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "Qwen3MoeForCausalLM",
+)
 # C1: per card, the architectures with a conformance cell C1 speaks for (conformance_cells.json:
 # a cell that differs, or did not answer for a reason no other rule names; a test holds this
 # table to that file, `make conformance` prints it when they part).
