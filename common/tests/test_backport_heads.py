@@ -5,7 +5,7 @@ cache by one head_dim, so the config the engine reads says the widest, each laye
 import pytest
 
 from common.profile import Profile
-from common.vllm_plugin.compat_backports.heads import layer_heads, widest_head_edits
+from common.vllm_plugin.compat_backports.heads import kv_producers, layer_heads, widest_head_edits
 
 from .test_r10_rule import outcome_on, profile_data
 
@@ -53,6 +53,21 @@ def test_a_model_whose_head_is_already_the_widest_gets_no_edit():
 def test_overrides_it_cannot_serve_are_refused(per_layer):
     with pytest.raises(ValueError):
         layer_heads(dict(GEMMA4, per_layer_config=per_layer))
+
+
+def test_shared_layers_read_the_last_earlier_layer_of_their_type():
+    layers = ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention", "sliding_attention"]
+    config = dict(GEMMA4, num_hidden_layers=6, layer_types=layers, num_kv_shared_layers=3, per_layer_config={})
+    assert kv_producers(config) == [None, None, None, 1, 2, 1]
+    assert kv_producers(dict(config, num_kv_shared_layers=0)) == [None] * 6
+
+
+@pytest.mark.parametrize("shared", [2, 6])
+def test_sharing_without_a_layer_to_read_from_is_refused(shared):
+    # 2: the shared full layer has no earlier full layer; 6: every layer would read from outside.
+    layers = ["sliding_attention"] * 4 + ["full_attention"] * 2
+    with pytest.raises(ValueError):
+        kv_producers(dict(GEMMA4, num_hidden_layers=6, layer_types=layers, num_kv_shared_layers=shared))
 
 
 def test_r10_writes_the_widest_head_and_h1_judges_it(tmp_path):

@@ -15,13 +15,17 @@ transformers 5's modeling_gemma4.py / configuration_gemma4.py:
   layers and scaled by sqrt(its width), averaged (x 2^-1/2) with a normed projection of the
   scaled embeddings; each layer, after its MLP, adds a normed projection of gelu(gate(h)) times
   its slice;
-- each layer's output is multiplied by its own `layer_scalar` (a checkpoint tensor).
-Refused rather than served wrong (check_config): KV sharing between layers, keys reused as values
-(`attention_k_eq_v`), per-layer KV heads other than the engine's, the MoE block, bidirectional
-attention, rope kinds other than default and proportional.
+- each layer's output is multiplied by its own `layer_scalar` (a checkpoint tensor);
+- the last `num_kv_shared_layers` layers project queries only and attend over the keys and
+  values of the last earlier layer of their type (heads.kv_producers): here through that layer's
+  KV cache, into which they write the very values it wrote; with `use_double_wide_mlp` their MLP
+  is twice as wide.
+Refused rather than served wrong (check_config): keys reused as values (`attention_k_eq_v`),
+per-layer KV heads other than the engine's, the MoE block, bidirectional attention over all
+tokens, rope kinds other than default and proportional.
 """
 
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -37,13 +41,15 @@ from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmb
 from vllm.sequence import IntermediateTensors
 
 from .gemma3 import Gemma3ForCausalLM, Gemma3Model
-from .heads import layer_heads
+from .heads import kv_producers, layer_heads
 from .qwen3 import Qwen3Attention, Qwen3MLP
 from .windows import layer_cache_config, layer_windows
 
 ROPE_KINDS = ("default", "proportional")
 # The per-layer inputs' gate activation (transformers' name): the MLP's own.
 GATE_ACTIVATIONS = {"gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh")}
+# Layer type -> the keys and values (padded) its latest layer computed and that layer's KV cache.
+Shared = Dict[str, Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
 class ProportionalRotaryEmbedding(RotaryEmbedding):
@@ -72,10 +78,12 @@ class Gemma4Attention(Qwen3Attention):
         self,
         config,
         head_dim: int,
-        rope: dict,
+        kind: str,
+        reuses: bool,
         cache_config: Optional[CacheConfig],
         quant_config: Optional[QuantizationConfig],
     ) -> None:
+        rope = config.rope_parameters[kind]
         # The layer's rope parameters reach make_rotary as its `rope_scaling`.
         super().__init__(
             config,
@@ -87,6 +95,9 @@ class Gemma4Attention(Qwen3Attention):
             cache_head_size=config.head_dim,
         )
         self.cache_head, self.eps = config.head_dim, config.rms_norm_eps
+        # A layer that reuses another's keys and values loads no k/v projection (the checkpoint
+        # has none): the stacked projection's k and v columns are computed and dropped.
+        self.kind, self.reuses = kind, reuses
 
     def make_rotary(self, config, base: float, rope: dict) -> nn.Module:
         if rope.get("rope_type", "default") == "default":
@@ -102,14 +113,27 @@ class Gemma4Attention(Qwen3Attention):
         return F.pad(heads, (0, self.cache_head - self.head_dim)).view(x.shape[0], -1)
 
     def forward(
-        self, positions: torch.Tensor, hidden_states: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: AttentionMetadata
+        self,
+        positions: torch.Tensor,
+        hidden_states: torch.Tensor,
+        kv_cache: torch.Tensor,
+        attn_metadata: AttentionMetadata,
+        shared: Shared,
     ) -> torch.Tensor:
         qkv, _ = self.qkv_proj(hidden_states)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q, k = self._per_head(self.q_norm, q), self._per_head(self.k_norm, k)
-        v = value_norm(v.reshape(-1, self.head_dim), self.eps).view(v.shape)
-        q, k = self.rotary_emb(positions, q, k)
-        out = self.attn(self._pad(q), self._pad(k), self._pad(v), kv_cache, attn_metadata)
+        q = self._per_head(self.q_norm, q)
+        if self.reuses:
+            # The engine's rotary op turns a key too: a zero one, dropped.
+            q, _ = self.rotary_emb(positions, q, torch.zeros_like(k))
+            k, v, kv_cache = shared[self.kind]
+        else:
+            k = self._per_head(self.k_norm, k)
+            v = value_norm(v.reshape(-1, self.head_dim), self.eps).view(v.shape)
+            q, k = self.rotary_emb(positions, q, k)
+            k, v = self._pad(k), self._pad(v)
+            shared[self.kind] = (k, v, kv_cache)  # the last one before the shared layers is theirs
+        out = self.attn(self._pad(q), k, v, kv_cache, attn_metadata)
         if self.cache_head != self.head_dim:
             out = out.view(out.shape[0], -1, self.cache_head)[..., : self.head_dim].reshape(out.shape[0], -1)
         output, _ = self.o_proj(out)
@@ -127,9 +151,11 @@ class Gemma4DecoderLayer(nn.Module):
     ) -> None:
         super().__init__()
         head_dim, _ = layer_heads(config)[index]
-        rope = config.rope_parameters[config.layer_types[index]]
-        self.self_attn = Gemma4Attention(config, head_dim, rope, layer_cache_config(cache_config, window), quant_config)
-        self.mlp = Qwen3MLP(config.hidden_size, config.intermediate_size, config.hidden_activation, quant_config)
+        reuses = kv_producers(config)[index] is not None
+        kind = config.layer_types[index]
+        self.self_attn = Gemma4Attention(config, head_dim, kind, reuses, layer_cache_config(cache_config, window), quant_config)
+        wide = 2 if reuses and getattr(config, "use_double_wide_mlp", False) else 1
+        self.mlp = Qwen3MLP(config.hidden_size, config.intermediate_size * wide, config.hidden_activation, quant_config)
         norm = lambda: RMSNorm(config.hidden_size, eps=config.rms_norm_eps)  # noqa: E731
         self.input_layernorm, self.post_attention_layernorm = norm(), norm()
         self.pre_feedforward_layernorm, self.post_feedforward_layernorm = norm(), norm()
@@ -148,10 +174,11 @@ class Gemma4DecoderLayer(nn.Module):
         kv_cache: torch.Tensor,
         attn_metadata: AttentionMetadata,
         per_layer_input: Optional[torch.Tensor],
+        shared: Shared,
     ) -> torch.Tensor:
         # The whole residual stream, added in transformers' order (the engine's fused residual
         # has no place for the per-layer input branch and the scalar that follow the MLP).
-        attn = self.self_attn(positions, self.input_layernorm(hidden_states), kv_cache, attn_metadata)
+        attn = self.self_attn(positions, self.input_layernorm(hidden_states), kv_cache, attn_metadata, shared)
         hidden_states = hidden_states + self.post_attention_layernorm(attn)
         mlp = self.mlp(self.pre_feedforward_layernorm(hidden_states))
         hidden_states = hidden_states + self.post_feedforward_layernorm(mlp)
@@ -167,6 +194,8 @@ class Gemma4Model(Gemma3Model):
 
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
         super().__init__(config, cache_config, quant_config)
+        if get_pp_group().world_size > 1 and any(p is not None for p in kv_producers(config)):
+            raise ValueError("Gemma 4 backport: layers sharing keys and values with pipeline parallelism are not supported")
         width = config.hidden_size_per_layer_input
         if width:
             packed = config.num_hidden_layers * width
@@ -202,9 +231,10 @@ class Gemma4Model(Gemma3Model):
         embeds = self.embed(input_ids)
         per_layer = self.per_layer_inputs(input_ids, embeds) if self.config.hidden_size_per_layer_input else None
         hidden_states = embeds if get_pp_group().is_first_rank else intermediate_tensors["hidden_states"]
+        shared: Shared = {}
         for i in range(self.start_layer, self.end_layer):
             layer_input = None if per_layer is None else per_layer[:, i]
-            hidden_states = self.layers[i](positions, hidden_states, kv_caches[i - self.start_layer], attn_metadata, layer_input)
+            hidden_states = self.layers[i](positions, hidden_states, kv_caches[i - self.start_layer], attn_metadata, layer_input, shared)
         if not get_pp_group().is_last_rank:
             return IntermediateTensors({"hidden_states": hidden_states})
         return self.norm(hidden_states)
@@ -219,8 +249,8 @@ class Gemma4ForCausalLM(Gemma3ForCausalLM):
         if getattr(config, "use_bidirectional_attention", None) == "all":
             # ("vision" makes only image tokens bidirectional: a text model has none.)
             raise ValueError("Gemma 4 backport: bidirectional attention over all tokens is not a causal LM")
+        kv_producers(config)  # refuses shared layers without a layer to read from
         refused = {
-            "num_kv_shared_layers": "layers reusing an earlier layer's keys and values",
             "attention_k_eq_v": "keys reused as values",
             "enable_moe_block": "the MoE block",
         }

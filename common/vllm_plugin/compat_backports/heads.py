@@ -12,6 +12,10 @@ the widest head into the config the engine reads and every layer's own head into
 `per_layer_config`, a config that means the same model to transformers 5 and to the image's
 config class for 4.x.
 
+Gemma 4's last `num_kv_shared_layers` layers compute no keys and values of their own: each reads
+those of the last earlier layer of its type (`kv_producers`), as transformers 5's
+`kv_sharing_modes` says.
+
 Standard library only: the preflight (R10) and the backport (inside the engine) both read it.
 """
 
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Tuple
+    from typing import Any, Dict, List, Optional, Tuple
 
 FULL = "full_attention"
 # What transformers 5 takes per layer in a Gemma 4 config; any other override is refused.
@@ -81,3 +85,19 @@ def widest_head_edits(config: Dict[str, Any]) -> Dict[str, Any]:
         if own:
             per_layer[str(i)] = own
     return {"head_dim": widest, "per_layer_config": per_layer}
+
+
+def kv_producers(config: Any) -> List[Optional[int]]:
+    """Each layer's source of keys and values: None for its own, else the index of the layer it
+    reuses (the last layer before the shared ones with the same layer type)."""
+    n, shared = _get(config, "num_hidden_layers"), _get(config, "num_kv_shared_layers") or 0
+    types = list(_get(config, "layer_types") or [])
+    first = n - shared
+    if shared and first <= 0:
+        # transformers then reads every layer's keys and values from outside the model (an assistant's)
+        raise ValueError("backport: every layer shares keys and values from outside the model")
+    last = {kind: i for i, kind in enumerate(types[:first])}
+    missing = sorted(set(types[first:]) - set(last))
+    if missing:
+        raise ValueError(f"backport: shared {missing} layers have no earlier layer of their type to read keys and values from")
+    return [None if i < first else last[types[i]] for i in range(n)]
