@@ -112,7 +112,10 @@ class Backport(Rule):
                 # vLLM 0.5.5 sizes every layer's KV cache by the one head_dim; narrower layers pad to it.
                 repair.config_edits = dict(repair.config_edits, **heads)
                 ctx.config_edits.update(heads)
-                repair.detail += f"; its layers' head sizes differ (the engine's head_dim the widest, {heads['head_dim']}, each layer's own in per_layer_config)"
+                shape = ", ".join(f"{k} {v}" for k, v in heads.items() if k != "per_layer_config")
+                repair.detail += (
+                    f"; its layers' heads differ (the engine's cache shape the widest: {shape}; each layer's own in per_layer_config)"
+                )
         # The profile was baked from the image's engine; the start asks that engine itself too.
         repair.engine_check = {"kind": "layer_api", "requires": {k: list(v) for k, v in backport.requires.items()}}
         outcome.repairs.append(repair)

@@ -45,6 +45,16 @@ def test_the_engine_head_becomes_the_widest_and_each_layer_keeps_its_own():
     assert layer_heads(edited) == layer_heads(GEMMA4) and widest_head_edits(edited) == {}
 
 
+def test_the_engine_holds_the_most_kv_heads_and_fewer_repeat():
+    # Gemma 4 31B: fewer KV heads on the full layers (kept as they are), and here the reverse.
+    fewer = dict(GEMMA4, attention_k_eq_v=True, per_layer_config={"1": {"head_dim": 64, "num_key_value_heads": 1}})
+    assert widest_head_edits(fewer) == {"head_dim": 64, "per_layer_config": {"0": {"head_dim": 32}, "1": {"num_key_value_heads": 1}}}
+    more = dict(fewer, per_layer_config={"1": {"head_dim": 64, "num_key_value_heads": 4}})
+    edits = widest_head_edits(more)
+    assert edits == {"head_dim": 64, "num_key_value_heads": 4, "per_layer_config": {"0": {"head_dim": 32, "num_key_value_heads": 2}}}
+    assert layer_heads(dict(more, **edits)) == layer_heads(more) == [(32, 2), (64, 4)]
+
+
 def test_a_model_whose_head_is_already_the_widest_gets_no_edit():
     assert widest_head_edits(dict(GEMMA4, per_layer_config={})) == {}
 

@@ -6,8 +6,10 @@ full layers, tied embeddings, Gemma 2's final logit soft-cap where set) and chan
 transformers 5's modeling_gemma4.py / configuration_gemma4.py:
 - its RMSNorm multiplies by the weight itself (Gemma 3's by 1 + weight): the engine's RMSNorm;
 - values get an RMSNorm per head without a weight, and attention is unscaled (scaling 1.0);
-- full layers have their own head size (heads.py: wider than the sliding layers', served
-  zero-padded to the widest, the engine's KV cache head size) and their own rope
+- full layers have their own head size and KV heads (heads.py: wider heads than the sliding
+  layers', fewer KV heads with `attention_k_eq_v`; served zero-padded to the widest head and
+  with each KV head repeated for its query group, the engine's one KV cache shape), with
+  `attention_k_eq_v` their values are their keys' projection (before the key norm), and their own rope
   (`rope_parameters` keyed by layer type): "proportional" rotates the first
   partial_rotary_factor of each half of the head at frequencies over the whole head size and
   leaves the rest unrotated, which get_rope has no kind for (ProportionalRotaryEmbedding);
@@ -20,9 +22,9 @@ transformers 5's modeling_gemma4.py / configuration_gemma4.py:
   values of the last earlier layer of their type (heads.kv_producers): here through that layer's
   KV cache, into which they write the very values it wrote; with `use_double_wide_mlp` their MLP
   is twice as wide.
-Refused rather than served wrong (check_config): keys reused as values (`attention_k_eq_v`),
-per-layer KV heads other than the engine's, the MoE block, bidirectional attention over all
-tokens, rope kinds other than default and proportional.
+Refused rather than served wrong (check_config): the MoE block, bidirectional attention over all
+tokens, rope kinds other than default and proportional, a layer whose head or KV heads the
+engine's cache shape cannot hold.
 """
 
 from typing import Dict, List, Optional, Tuple
@@ -30,9 +32,9 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import nn
 from torch.nn import functional as F
-from vllm.attention import AttentionMetadata
+from vllm.attention import Attention, AttentionMetadata
 from vllm.config import CacheConfig
-from vllm.distributed import get_pp_group
+from vllm.distributed import get_pp_group, get_tensor_model_parallel_world_size
 from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.linear import ReplicatedLinear
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
@@ -43,7 +45,7 @@ from vllm.sequence import IntermediateTensors
 from .gemma3 import Gemma3ForCausalLM, Gemma3Model
 from .heads import kv_producers, layer_heads
 from .qwen3 import Qwen3Attention, Qwen3MLP
-from .windows import layer_cache_config, layer_windows
+from .windows import SLIDING, layer_cache_config, layer_windows
 
 ROPE_KINDS = ("default", "proportional")
 # The per-layer inputs' gate activation (transformers' name): the MLP's own.
@@ -67,6 +69,11 @@ class ProportionalRotaryEmbedding(RotaryEmbedding):
         return torch.cat((rotated, torch.zeros(self.head_size // 2 - angles))) / self.factor
 
 
+def engine_kv_heads(config) -> int:
+    """The KV heads a rank's cache holds (as the engine's ModelConfig.get_num_kv_heads divides them)."""
+    return max(1, config.num_key_value_heads // get_tensor_model_parallel_world_size())
+
+
 def value_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm without a weight, in float32 as transformers computes it."""
     y = x.float()
@@ -78,6 +85,7 @@ class Gemma4Attention(Qwen3Attention):
         self,
         config,
         head_dim: int,
+        kv_heads: int,
         kind: str,
         reuses: bool,
         cache_config: Optional[CacheConfig],
@@ -92,12 +100,22 @@ class Gemma4Attention(Qwen3Attention):
             scaling=1.0,
             rope=(rope["rope_theta"], rope),
             head_dim=head_dim,
-            cache_head_size=config.head_dim,
+            num_kv_heads=kv_heads,
         )
         self.cache_head, self.eps = config.head_dim, config.rms_norm_eps
-        # A layer that reuses another's keys and values loads no k/v projection (the checkpoint
-        # has none): the stacked projection's k and v columns are computed and dropped.
+        engine_kv = engine_kv_heads(config)
+        if engine_kv % self.num_kv_heads:
+            raise ValueError(f"Gemma 4 backport: {self.num_kv_heads} KV heads a rank do not repeat to the engine's {engine_kv}")
+        self.repeat = engine_kv // self.num_kv_heads
+        # A layer that reuses another's keys and values, or whose values are its keys, loads no
+        # projection for them (the checkpoint has none): those columns are computed and dropped.
         self.kind, self.reuses = kind, reuses
+        self.k_is_v = bool(getattr(config, "attention_k_eq_v", False)) and kind != SLIDING
+
+    def make_attn(self, config, scale: float, cache_config: Optional[CacheConfig], quant_config: Optional[QuantizationConfig]) -> Attention:
+        """The engine's one KV cache shape: its head_dim (the widest) and KV heads (the most)."""
+        kv = engine_kv_heads(config)
+        return Attention(self.num_heads, config.head_dim, scale, num_kv_heads=kv, cache_config=cache_config, quant_config=quant_config)
 
     def make_rotary(self, config, base: float, rope: dict) -> nn.Module:
         if rope.get("rope_type", "default") == "default":
@@ -112,6 +130,13 @@ class Gemma4Attention(Qwen3Attention):
         heads = x.view(x.shape[0], -1, self.head_dim)
         return F.pad(heads, (0, self.cache_head - self.head_dim)).view(x.shape[0], -1)
 
+    def _cached(self, x: torch.Tensor) -> torch.Tensor:
+        """Keys or values in the engine's cache shape: padded, each KV head repeated for its group."""
+        x = self._pad(x)
+        if self.repeat == 1:
+            return x
+        return x.view(x.shape[0], -1, self.cache_head).repeat_interleave(self.repeat, dim=1).view(x.shape[0], -1)
+
     def forward(
         self,
         positions: torch.Tensor,
@@ -125,13 +150,14 @@ class Gemma4Attention(Qwen3Attention):
         q = self._per_head(self.q_norm, q)
         if self.reuses:
             # The engine's rotary op turns a key too: a zero one, dropped.
-            q, _ = self.rotary_emb(positions, q, torch.zeros_like(k))
+            q, _ = self.rotary_emb(positions, q, k.new_zeros(k.shape))
             k, v, kv_cache = shared[self.kind]
         else:
+            v = k if self.k_is_v else v  # (the key's projection before its norm)
             k = self._per_head(self.k_norm, k)
             v = value_norm(v.reshape(-1, self.head_dim), self.eps).view(v.shape)
             q, k = self.rotary_emb(positions, q, k)
-            k, v = self._pad(k), self._pad(v)
+            k, v = self._cached(k), self._cached(v)
             shared[self.kind] = (k, v, kv_cache)  # the last one before the shared layers is theirs
         out = self.attn(self._pad(q), k, v, kv_cache, attn_metadata)
         if self.cache_head != self.head_dim:
@@ -150,10 +176,11 @@ class Gemma4DecoderLayer(nn.Module):
         quant_config: Optional[QuantizationConfig],
     ) -> None:
         super().__init__()
-        head_dim, _ = layer_heads(config)[index]
+        head_dim, kv_heads = layer_heads(config)[index]
         reuses = kv_producers(config)[index] is not None
         kind = config.layer_types[index]
-        self.self_attn = Gemma4Attention(config, head_dim, kind, reuses, layer_cache_config(cache_config, window), quant_config)
+        cache = layer_cache_config(cache_config, window)
+        self.self_attn = Gemma4Attention(config, head_dim, kv_heads, kind, reuses, cache, quant_config)
         wide = 2 if reuses and getattr(config, "use_double_wide_mlp", False) else 1
         self.mlp = Qwen3MLP(config.hidden_size, config.intermediate_size * wide, config.hidden_activation, quant_config)
         norm = lambda: RMSNorm(config.hidden_size, eps=config.rms_norm_eps)  # noqa: E731
@@ -250,20 +277,16 @@ class Gemma4ForCausalLM(Gemma3ForCausalLM):
             # ("vision" makes only image tokens bidirectional: a text model has none.)
             raise ValueError("Gemma 4 backport: bidirectional attention over all tokens is not a causal LM")
         kv_producers(config)  # refuses shared layers without a layer to read from
-        refused = {
-            "attention_k_eq_v": "keys reused as values",
-            "enable_moe_block": "the MoE block",
-        }
-        for key, what in refused.items():
-            if getattr(config, key, None):
-                raise ValueError(f"Gemma 4 backport: {what} ({key}) is not supported on this engine")
-        heads = layer_heads(config)
-        if any(kv != config.num_key_value_heads for _, kv in heads):
-            raise ValueError("Gemma 4 backport: layers with their own number of KV heads are not supported on this engine")
-        widest = max(size for size, _ in heads)
-        if widest > config.head_dim:
-            # The engine sizes every layer's KV cache by head_dim (R10 writes the widest there).
-            raise ValueError(f"Gemma 4 backport: a layer's head ({widest}) is wider than the engine's head size head_dim={config.head_dim}")
+        if getattr(config, "enable_moe_block", False):
+            raise ValueError("Gemma 4 backport: the MoE block (enable_moe_block) is not supported on this engine")
+        # The engine sizes every layer's KV cache by head_dim and num_key_value_heads (R10 writes
+        # the widest head and the most KV heads there): a layer must fit, its KV heads repeating.
+        for size, kv in layer_heads(config):
+            if size > config.head_dim or config.num_key_value_heads % kv:
+                raise ValueError(
+                    f"Gemma 4 backport: a layer's {kv} KV heads of {size} do not fit the engine's cache shape "
+                    f"({config.num_key_value_heads} KV heads of head_dim {config.head_dim})"
+                )
         for kind in set(config.layer_types):
             rope = config.rope_parameters.get(kind) or {}
             if rope.get("rope_type", "default") not in ROPE_KINDS or "rope_theta" not in rope:

@@ -4,11 +4,13 @@ Gemma 4 gives its full-attention layers a wider head than its sliding ones (`hea
 sliding layers, `global_head_dim` for full ones: 256 and 512 in the published checkpoints).
 transformers 5 saves that as `per_layer_config` (layer index -> overrides); configs written
 before it carry `global_head_dim` (and `num_global_key_value_heads`, used only with
-`attention_k_eq_v`). vLLM 0.5.5 sizes every layer's KV cache from one `head_dim`
-(ModelConfig.get_head_size), read after the model is built: the cache is served right only when
-that head size is the widest layer's and every narrower layer zero-pads its heads to it (a zero
-column changes no dot product, and the padded output columns are dropped). R10 therefore writes
-the widest head into the config the engine reads and every layer's own head into
+`attention_k_eq_v`: fewer KV heads on the full layers). vLLM 0.5.5 sizes every layer's KV cache
+from one `head_dim` and one `num_key_value_heads` (ModelConfig.get_head_size / get_num_kv_heads),
+read after the model is built: the cache is served right only when they are the widest head and
+the most KV heads of any layer, every narrower layer zero-pads its heads to that size (a zero
+column changes no dot product, and the padded output columns are dropped) and a layer with
+fewer KV heads repeats each for the query heads of its group. R10 therefore writes the widest
+head and the most KV heads into the config the engine reads and every other layer's own into
 `per_layer_config`, a config that means the same model to transformers 5 and to the image's
 config class for 4.x.
 
@@ -70,21 +72,24 @@ def layer_heads(config: Any) -> List[Tuple[int, int]]:
 
 
 def widest_head_edits(config: Dict[str, Any]) -> Dict[str, Any]:
-    """The config.json edits that make the engine's head size the widest layer's, each layer
-    keeping its own in per_layer_config; {} when the engine's head size is already right."""
+    """The config.json edits that make the engine's head size the widest layer's and its KV heads
+    the most any layer has, each layer keeping its own in per_layer_config; {} when the engine's
+    are already those."""
     heads = layer_heads(config)
-    widest = max(size for size, _ in heads)
-    if widest == config.get("head_dim"):
+    widest, most = max(size for size, _ in heads), max(kv for _, kv in heads)
+    edits: Dict[str, Any] = {}
+    if widest != config.get("head_dim"):
+        edits["head_dim"] = widest
+    if most != config.get("num_key_value_heads"):
+        edits["num_key_value_heads"] = most
+    if not edits:
         return {}
-    overrides = layer_overrides(config)
     per_layer = {}
-    for i, (size, _) in enumerate(heads):
-        own = {k: v for k, v in overrides.get(i, {}).items() if k != "head_dim"}
-        if size != widest:
-            own["head_dim"] = size
+    for i, (size, kv) in enumerate(heads):
+        own = {k: v for k, v in (("head_dim", size), ("num_key_value_heads", kv)) if v != (widest if k == "head_dim" else most)}
         if own:
             per_layer[str(i)] = own
-    return {"head_dim": widest, "per_layer_config": per_layer}
+    return dict(edits, per_layer_config=per_layer)
 
 
 def kv_producers(config: Any) -> List[Optional[int]]:
