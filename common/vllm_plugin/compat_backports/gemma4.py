@@ -22,7 +22,8 @@ transformers 5's modeling_gemma4.py / configuration_gemma4.py:
   values of the last earlier layer of their type (heads.kv_producers): here through that layer's
   KV cache, into which they write the very values it wrote; with `use_double_wide_mlp` their MLP
   is twice as wide.
-Refused rather than served wrong (check_config): the MoE block, bidirectional attention over all
+Refused rather than served wrong (check_config): the MoE block (tanh-GELU experts, which the
+engine's fused MoE layer cannot compute: it is SiLU-gated only), bidirectional attention over all
 tokens, rope kinds other than default and proportional, a layer whose head or KV heads the
 engine's cache shape cannot hold.
 """
@@ -278,7 +279,10 @@ class Gemma4ForCausalLM(Gemma3ForCausalLM):
             raise ValueError("Gemma 4 backport: bidirectional attention over all tokens is not a causal LM")
         kv_producers(config)  # refuses shared layers without a layer to read from
         if getattr(config, "enable_moe_block", False):
-            raise ValueError("Gemma 4 backport: the MoE block (enable_moe_block) is not supported on this engine")
+            # vLLM 0.5.5's FusedMoE computes SiLU-gated experts only; Gemma 4's are tanh-GELU ones.
+            raise ValueError(
+                "Gemma 4 backport: the MoE block (enable_moe_block) is not supported on this engine: its fused experts are SiLU-gated only"
+            )
         # The engine sizes every layer's KV cache by head_dim and num_key_value_heads (R10 writes
         # the widest head and the most KV heads there): a layer must fit, its KV heads repeating.
         for size, kv in layer_heads(config):
