@@ -201,8 +201,16 @@ class Assessment:
         return data
 
 
-def assess(model: ModelDir, profile: Profile, user: UserArgs, env: Mapping[str, str], device: Optional[Device] = None) -> Assessment:
-    """Whether the model fits `device` (default: the card's) as the platform starts it."""
+def assess(
+    model: ModelDir,
+    profile: Profile,
+    user: UserArgs,
+    env: Mapping[str, str],
+    device: Optional[Device] = None,
+    config_edits: Optional[Mapping[str, Any]] = None,
+) -> Assessment:
+    """Whether the model fits `device` (default: the card's) as the platform starts it;
+    `config_edits`: what the repairs change in the config the engine reads (its head size)."""
     from .rules.ctx_context_length import derived_length
 
     out = Assessment()
@@ -215,7 +223,7 @@ def assess(model: ModelDir, profile: Profile, user: UserArgs, env: Mapping[str, 
     if req.kv_memory:
         device = Device(device.memory, device.per_node, device.non_torch, device.cuda_graph, req.kv_memory)
     out.device, out.given, out.util = device, req.given, req.util
-    config = model.json_object("config.json")
+    config = dict(model.json_object("config.json"), **(config_edits or {}))
     out.weights = read_weights(model, config, req.dtype, req.quantization)
     if out.weights is None:
         out.reason = "no weight files (metadata only)"

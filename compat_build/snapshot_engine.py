@@ -829,6 +829,8 @@ LAYER_API = (
     "model_executor/layers/layernorm.py:RMSNorm.forward_native",
     "model_executor/layers/layernorm.py:GemmaRMSNorm",
     "model_executor/layers/rotary_embedding.py:get_rope",
+    "model_executor/layers/rotary_embedding.py:RotaryEmbedding",
+    "model_executor/layers/rotary_embedding.py:RotaryEmbedding._compute_inv_freq",
     "model_executor/layers/rotary_embedding.py:YaRNScalingRotaryEmbedding",
     "model_executor/layers/activation.py:SiluAndMul",
     "model_executor/layers/activation.py:GeluAndMul",

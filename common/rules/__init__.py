@@ -60,6 +60,7 @@ R10_ARCHITECTURES = (
     "Exaone4ForCausalLM",
     "Gemma3ForCausalLM",
     "Gemma3ForConditionalGeneration",
+    "Gemma4ForCausalLM",
     "GraniteForCausalLM",
     "Ministral3ForCausalLM",
     "Mistral3ForConditionalGeneration",

@@ -26,6 +26,9 @@ class Context:
         # Model types R12 registers a config class for (it runs before CONFIG, which counts
         # them as known): a rule skipped by COMPAT_SKIP registers nothing.
         self.registered_config_types: set = set()
+        # config.json edits an earlier rule makes that change what the engine sizes (R10's widest
+        # head for layers of several head sizes): H1 and KV judge the config the engine reads.
+        self.config_edits: Dict[str, Any] = {}
 
 
 class Outcome:

@@ -72,7 +72,7 @@ class HeadSize(Rule):
         config = ctx.model.json_object("config.json")
         if not config:
             return outcome  # no config: the model dir findings already say so
-        head = detect_head_size(config)
+        head = detect_head_size(dict(config, **ctx.config_edits))
         size = head.value
         if size is None:
             outcome.findings.append(self.finding("warning", f"head size unknown ({head.problem}); the card's kernels cannot be checked"))

@@ -51,7 +51,7 @@ class KvMemory(Rule):
             return outcome
         from ..memory_fit import assess
 
-        result = assess(ctx.model, ctx.profile, ctx.user, ctx.env)
+        result = assess(ctx.model, ctx.profile, ctx.user, ctx.env, config_edits=ctx.config_edits)
         data = result.to_json()
         ctx.facts["memory"] = data  # doctor reports it as `memory`
         if result.fits is None or result.judged is None:

@@ -13,13 +13,16 @@ with the engine's ModelRegistry before the model loads. Where no backport fits, 
 an error: the model needs a newer engine. A family whose layers carry their own sliding windows
 (Gemma 3, EXAONE 4's hybrid) also gets `use_sliding_window: false` in the config the engine
 reads: vLLM 0.5.5 applies one window to every layer unless told so, and the backport hands each
-windowed layer its own.
+windowed layer its own. A family whose layers differ in head size (Gemma 4's wider full-attention
+heads) gets the widest as `head_dim`, each layer's own in `per_layer_config`: vLLM 0.5.5 sizes
+every layer's KV cache by the one head_dim, and the backport pads the narrower heads to it.
 """
 
 from __future__ import annotations
 
 from ..headsize import attention_config
 from ..vllm_plugin.compat_backports import BACKPORTS, ENV, fitting
+from ..vllm_plugin.compat_backports.heads import widest_head_edits
 from ..vllm_plugin.compat_weights import PLUGIN_NAME
 from .base import Context, Outcome, Rule
 from .weights_plugin import blocker, plugin_repair
@@ -102,6 +105,20 @@ class Backport(Rule):
             # for Qwen2). A nested text config is given whole, as every nested edit is.
             repair.config_edits = {key: dict(text, use_sliding_window=False)} if key else {"use_sliding_window": False}
             repair.detail += "; its layers take their own sliding windows (the engine-wide window off: use_sliding_window false)"
+        if backport.heads:
+            try:
+                heads = widest_head_edits(config)
+            except (TypeError, ValueError) as e:
+                heads = {}  # the backport refuses the config itself, with the engine's reason
+                repair.detail += f"; its per-layer head sizes are not readable ({e})"
+            if heads:
+                # vLLM 0.5.5 sizes every layer's KV cache by the one head_dim; narrower layers pad to it.
+                repair.config_edits = dict(repair.config_edits, **heads)
+                ctx.config_edits.update(heads)
+                shape = ", ".join(f"{k} {v}" for k, v in heads.items() if k != "per_layer_config")
+                repair.detail += (
+                    f"; its layers' heads differ (the engine's cache shape the widest: {shape}; each layer's own in per_layer_config)"
+                )
         # The profile was baked from the image's engine; the start asks that engine itself too.
         repair.engine_check = {"kind": "layer_api", "requires": {k: list(v) for k, v in backport.requires.items()}}
         outcome.repairs.append(repair)

@@ -76,13 +76,17 @@ EXPERTS_055: Dict[str, Tuple[str, ...]] = {
 class Backport:
     """One backported class: the module of this package that defines it and the API it calls.
     `windows`: its layers carry their own sliding windows (windows.py); the engine-wide window
-    must then be off, and R10 says so in the config the engine reads."""
+    must then be off, and R10 says so in the config the engine reads. `heads`: its layers have
+    head sizes of their own (heads.py); the engine's one head size must be the widest, and R10
+    writes it, with each layer's own, into the config the engine reads."""
 
-    __slots__ = ("architecture", "module", "requires", "windows")
+    __slots__ = ("architecture", "module", "requires", "windows", "heads")
 
-    def __init__(self, architecture: str, module: str, requires: Mapping[str, Sequence[str]], windows: bool = False) -> None:
+    def __init__(
+        self, architecture: str, module: str, requires: Mapping[str, Sequence[str]], windows: bool = False, heads: bool = False
+    ) -> None:
         self.architecture, self.module, self.requires = architecture, module, dict(requires)
-        self.windows = windows
+        self.windows, self.heads = windows, heads
 
     def load(self) -> Any:
         """The class itself (imports the module: torch and vLLM, inside the engine only)."""
@@ -113,6 +117,21 @@ YARN_055: Dict[str, Tuple[str, ...]] = {
     "model_executor/layers/rotary_embedding.py:YaRNScalingRotaryEmbedding": ("scaling_factor", "attn_factor", "beta_fast", "beta_slow"),
 }
 
+# Gemma 4's own: a rotary embedding whose frequencies it computes (over the engine's kernels),
+# and its per-layer inputs' small projections, whole on every rank.
+GEMMA4_055: Dict[str, Tuple[str, ...]] = {
+    "model_executor/layers/rotary_embedding.py:RotaryEmbedding": (
+        "head_size",
+        "rotary_dim",
+        "max_position_embeddings",
+        "base",
+        "is_neox_style",
+        "dtype",
+    ),
+    "model_executor/layers/rotary_embedding.py:RotaryEmbedding._compute_inv_freq": ("base",),
+    "model_executor/layers/linear.py:ReplicatedLinear": ("input_size", "output_size", "bias", "quant_config"),
+}
+
 # architecture -> its backport: one line per backported family.
 BACKPORTS: Dict[str, Backport] = {
     "Qwen3ForCausalLM": Backport("Qwen3ForCausalLM", "qwen3", LAYERS_055),
@@ -126,6 +145,9 @@ BACKPORTS: Dict[str, Backport] = {
     "Exaone4ForCausalLM": Backport("Exaone4ForCausalLM", "exaone4", dict(LAYERS_055, **WINDOWS_055), windows=True),
     "Ministral3ForCausalLM": Backport("Ministral3ForCausalLM", "ministral3", dict(LAYERS_055, **YARN_055)),
     "Mistral3ForConditionalGeneration": Backport("Mistral3ForConditionalGeneration", "ministral3", dict(LAYERS_055, **YARN_055)),
+    "Gemma4ForCausalLM": Backport(
+        "Gemma4ForCausalLM", "gemma4", dict(LAYERS_055, **GEMMA_055, **WINDOWS_055, **GEMMA4_055), windows=True, heads=True
+    ),
 }
 
 

@@ -72,16 +72,26 @@ class Gemma3DecoderLayer(nn.Module):
 
 
 class Gemma3Model(Qwen3Model):
+    """Gemma 4 builds on it with its own layers (`make_layer`) and norm class (`norm_cls`)."""
+
+    norm_cls = GemmaRMSNorm
+
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
         windows = layer_windows(config)
 
-        def layer(prefix: str) -> Gemma3DecoderLayer:
-            return Gemma3DecoderLayer(config, windows[int(prefix.rsplit(".", 1)[1])], cache_config, quant_config)
+        def layer(prefix: str) -> nn.Module:
+            index = int(prefix.rsplit(".", 1)[1])
+            return self.make_layer(config, index, windows[index], cache_config, quant_config)
 
         super().__init__(config, cache_config, quant_config, layer_fn=layer)
-        self.norm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.norm = self.norm_cls(config.hidden_size, eps=config.rms_norm_eps)
         # transformers multiplies by the scale cast to the weights' dtype (bf16 rounds sqrt(hidden)).
         self.register_buffer("normalizer", torch.tensor(config.hidden_size**0.5), persistent=False)
+
+    def make_layer(
+        self, config, index: int, window: Optional[int], cache_config: Optional[CacheConfig], quant_config: Optional[QuantizationConfig]
+    ) -> nn.Module:
+        return Gemma3DecoderLayer(config, window, cache_config, quant_config)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         embeds = self.embed_tokens(input_ids)

@@ -70,8 +70,11 @@ class Qwen3MLP(nn.Module):
 class Qwen3Attention(nn.Module):
     """Qwen3's attention; the backports of other Llama-layout families use it with `qk_norm=False`
     (no per-head norms), their own `scaling` (Granite's attention_multiplier), their own rope
-    (`rope`: base and scaling, Gemma 3's per layer type), none on a layer that takes no position
-    embedding (`rotate=False`: EXAONE 4's global layers) and their own norm class (`norm_cls`)."""
+    (`rope`: base and scaling, Gemma 3's per layer type; `make_rotary` for one get_rope lacks;
+    `rope_scaling` and `rotate` where the engine's rope needs restating or a query scale follows),
+    none on a layer that takes no position embedding (`rotate=False`: EXAONE 4's global layers),
+    their own norm class (`norm_cls`), and a head size and KV heads of their own per layer
+    (`head_dim`, `num_kv_heads`: Gemma 4, whose `make_attn` holds them in the engine's one shape)."""
 
     norm_cls = RMSNorm
 
@@ -84,18 +87,20 @@ class Qwen3Attention(nn.Module):
         scaling: Optional[float] = None,
         rope: Optional[Tuple[float, Optional[dict]]] = None,
         rotate: bool = True,
+        head_dim: Optional[int] = None,
+        num_kv_heads: Optional[int] = None,
     ) -> None:
         super().__init__()
         tp_size = get_tensor_model_parallel_world_size()
         self.total_num_heads = config.num_attention_heads
-        self.total_num_kv_heads = config.num_key_value_heads
+        self.total_num_kv_heads = num_kv_heads or config.num_key_value_heads
         if self.total_num_heads % tp_size or (self.total_num_kv_heads % tp_size and tp_size % self.total_num_kv_heads):
             raise ValueError(f"Qwen3 backport: {self.total_num_heads} / {self.total_num_kv_heads} heads do not split over {tp_size} ranks")
         self.num_heads = self.total_num_heads // tp_size
         # Fewer KV heads than ranks: each rank holds a replica (as in the engine's qwen2.py).
         self.num_kv_heads = max(1, self.total_num_kv_heads // tp_size)
         # Explicit in every Qwen3 config; hidden/heads is what transformers falls back to.
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.total_num_heads
+        self.head_dim = head_dim or getattr(config, "head_dim", None) or config.hidden_size // self.total_num_heads
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         bias = bool(getattr(config, "attention_bias", False))
@@ -108,20 +113,21 @@ class Qwen3Attention(nn.Module):
             self.q_norm = self.norm_cls(self.head_dim, eps=config.rms_norm_eps)
             self.k_norm = self.norm_cls(self.head_dim, eps=config.rms_norm_eps)
         base, rope_scaling = rope if rope is not None else (getattr(config, "rope_theta", 1000000), self.rope_scaling(config))
-        self.rotary_emb = get_rope(
+        self.rotary_emb = self.make_rotary(config, base, rope_scaling)
+        self.attn = self.make_attn(config, self.head_dim**-0.5 if scaling is None else scaling, cache_config, quant_config)
+
+    def make_rotary(self, config, base: float, rope_scaling: Optional[dict]) -> nn.Module:
+        return get_rope(
             self.head_dim,
             rotary_dim=self.head_dim,
             max_position=config.max_position_embeddings,
             base=base,
             rope_scaling=rope_scaling,
         )
-        self.attn = Attention(
-            self.num_heads,
-            self.head_dim,
-            self.head_dim**-0.5 if scaling is None else scaling,
-            num_kv_heads=self.num_kv_heads,
-            cache_config=cache_config,
-            quant_config=quant_config,
+
+    def make_attn(self, config, scale: float, cache_config: Optional[CacheConfig], quant_config: Optional[QuantizationConfig]) -> Attention:
+        return Attention(
+            self.num_heads, self.head_dim, scale, num_kv_heads=self.num_kv_heads, cache_config=cache_config, quant_config=quant_config
         )
 
     def rope_scaling(self, config) -> Optional[dict]:
@@ -133,8 +139,10 @@ class Qwen3Attention(nn.Module):
         return self.rotary_emb(positions, q, k)
 
     def _per_head(self, norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        """RMSNorm over each head's head_dim values (the weight is one head's), shape kept."""
-        return norm(x.reshape(-1, self.head_dim)).view(x.shape)
+        """RMSNorm over each head's head_dim values (the weight is one head's), shape kept. The
+        engine's norm kernels read their input as contiguous rows: one head a rank (one KV head,
+        under tensor parallelism too) is a strided slice of the fused projection, copied here."""
+        return norm(x.contiguous().view(-1, self.head_dim)).view(x.shape)
 
     def forward(
         self, positions: torch.Tensor, hidden_states: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: AttentionMetadata
