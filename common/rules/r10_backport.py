@@ -107,14 +107,15 @@ class Backport(Rule):
             repair.detail += "; its layers take their own sliding windows (the engine-wide window off: use_sliding_window false)"
         if backport.heads:
             try:
-                heads = widest_head_edits(config)
+                heads = widest_head_edits(text)
             except (TypeError, ValueError) as e:
                 heads = {}  # the backport refuses the config itself, with the engine's reason
                 repair.detail += f"; its per-layer head sizes are not readable ({e})"
             if heads:
                 # vLLM 0.5.5 sizes every layer's KV cache by the one head_dim; narrower layers pad to it.
-                repair.config_edits = dict(repair.config_edits, **heads)
-                ctx.config_edits.update(heads)
+                edits = {key: dict(repair.config_edits.get(key, text), **heads)} if key else heads
+                repair.config_edits = dict(repair.config_edits, **edits)
+                ctx.config_edits.update(edits)
                 shape = ", ".join(f"{k} {v}" for k, v in heads.items() if k != "per_layer_config")
                 repair.detail += (
                     f"; its layers' heads differ (the engine's cache shape the widest: {shape}; each layer's own in per_layer_config)"

@@ -195,3 +195,16 @@ def test_a_saved_mistral3_maps_onto_the_text_model(tmp_path, python, text_type, 
     skipped = [n for n, m in zip(got["saved"], mapped, strict=True) if m is None]
     assert skipped and all(n.startswith(("vision_tower.", "multi_modal_projector.")) for n in skipped)
     assert any(n.startswith("language_model.model.") for n in got["saved"]), got["saved"][:5]
+
+
+def test_gemma4s_vision_and_audio_towers_and_their_embedders_are_skipped_and_its_text_kept():
+    """Names as transformers 5.24 saves Gemma4ForConditionalGeneration (its module tree)."""
+    assert text_name("model.language_model.embed_tokens_per_layer.weight") == "model.embed_tokens_per_layer.weight"
+    assert text_name("model.language_model.per_layer_model_projection.weight") == "model.per_layer_model_projection.weight"
+    for other in (
+        "model.vision_tower.encoder.layers.0.mlp.up_proj.weight",
+        "model.embed_vision.embedding_projection.weight",
+        "model.audio_tower.conformer.0.ffw_layer_start.weight",
+        "model.embed_audio.embedding_projection.weight",
+    ):
+        assert text_name(other) is None, other

@@ -148,6 +148,9 @@ BACKPORTS: Dict[str, Backport] = {
     "Gemma4ForCausalLM": Backport(
         "Gemma4ForCausalLM", "gemma4", dict(LAYERS_055, **GEMMA_055, **WINDOWS_055, **GEMMA4_055), windows=True, heads=True
     ),
+    "Gemma4ForConditionalGeneration": Backport(
+        "Gemma4ForConditionalGeneration", "gemma4", dict(LAYERS_055, **GEMMA_055, **WINDOWS_055, **GEMMA4_055), windows=True, heads=True
+    ),
 }
 
 

@@ -113,9 +113,11 @@ class Gemma3ForCausalLM(Qwen3ForCausalLM):
         return LogitsProcessor(config.vocab_size, soft_cap=getattr(config, "final_logit_softcapping", None))
 
 
-class Gemma3ForConditionalGeneration(Gemma3ForCausalLM):
-    """Gemma 3 4B-27B served as text: the language model of `config.text_config`, its vision tower
-    and projector never built (the engine takes no images for it: a text-only start, said in the log)."""
+class ServedAsText:
+    """A vision-language checkpoint's language model served as text (mixed in before a text
+    class): built from `config.text_config`, its weights under either published naming
+    (text_of_vlm.py), the vision and audio towers never built, their tensors skipped and counted
+    in the log (the engine takes no images for it: a text-only start)."""
 
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
         super().__init__(config.text_config, cache_config, quant_config)
@@ -132,4 +134,8 @@ class Gemma3ForConditionalGeneration(Gemma3ForCausalLM):
                     yield renamed, tensor
 
         super().load_weights(text(weights))
-        logger.info("Gemma 3 backport: served as text; %d vision tower and projector tensors not loaded", len(skipped))
+        logger.info("%s backport: served as text; %d vision and audio tensors not loaded", type(self).__name__, len(skipped))
+
+
+class Gemma3ForConditionalGeneration(ServedAsText, Gemma3ForCausalLM):
+    """Gemma 3 4B-27B served as text."""

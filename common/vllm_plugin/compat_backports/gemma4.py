@@ -43,7 +43,7 @@ from vllm.model_executor.layers.rotary_embedding import RotaryEmbedding
 from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 from vllm.sequence import IntermediateTensors
 
-from .gemma3 import Gemma3ForCausalLM, Gemma3Model
+from .gemma3 import Gemma3ForCausalLM, Gemma3Model, ServedAsText
 from .heads import kv_producers, layer_heads
 from .qwen3 import Qwen3Attention, Qwen3MLP
 from .windows import SLIDING, layer_cache_config, layer_windows
@@ -301,3 +301,7 @@ class Gemma4ForCausalLM(Gemma3ForCausalLM):
     def make_empty_intermediate_tensors(self, batch_size: int, dtype: torch.dtype, device: torch.device) -> IntermediateTensors:
         # The layers pass the whole residual stream: no separate residual.
         return IntermediateTensors({"hidden_states": torch.zeros((batch_size, self.config.hidden_size), dtype=dtype, device=device)})
+
+
+class Gemma4ForConditionalGeneration(ServedAsText, Gemma4ForCausalLM):
+    """Gemma 4's published checkpoints (text, vision and audio) served as text."""

@@ -20,8 +20,12 @@ TEXT_PREFIXES = (
     ("language_model.lm_head.", "lm_head."),
     ("model.language_model.", "model."),
 )
-# What a text-only start does not build.
-VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
+# What a text-only start does not build (Gemma 4's audio tower and its embedders too).
+VISION_PREFIXES = tuple(
+    prefix + part
+    for prefix in ("", "model.")
+    for part in ("vision_tower.", "multi_modal_projector.", "audio_tower.", "embed_vision.", "embed_audio.")
+)
 
 
 def text_name(name: str) -> Optional[str]:
