@@ -23,7 +23,7 @@ from vllm.model_executor.layers.layernorm import GemmaRMSNorm
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
-from .qwen3 import Qwen3Attention, Qwen3ForCausalLM, Qwen3MLP, Qwen3Model
+from .qwen3 import Qwen3Attention, Qwen3ForCausalLM, Qwen3MLP, Qwen3Model, fused_norm
 from .text_of_vlm import text_name
 from .windows import layer_cache_config, layer_windows
 
@@ -61,11 +61,7 @@ class Gemma3DecoderLayer(nn.Module):
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         # The residual add is fused into the pre-norms (the engine's gemma2.py convention); the
         # post-norms act on each branch's output before it joins the residual stream.
-        if residual is None:
-            residual = hidden_states
-            hidden_states = self.input_layernorm(hidden_states)
-        else:
-            hidden_states, residual = self.input_layernorm(hidden_states, residual)
+        hidden_states, residual = fused_norm(self.input_layernorm, hidden_states, residual)
         hidden_states = self.post_attention_layernorm(self.self_attn(positions, hidden_states, kv_cache, attn_metadata))
         hidden_states, residual = self.pre_feedforward_layernorm(hidden_states, residual)
         return self.post_feedforward_layernorm(self.mlp(hidden_states)), residual

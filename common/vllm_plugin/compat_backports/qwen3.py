@@ -157,6 +157,14 @@ class Qwen3Attention(nn.Module):
         return output
 
 
+def fused_norm(norm: nn.Module, hidden_states: torch.Tensor, residual: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(normed, residual stream): the engine's convention, the residual add fused into the next
+    norm; the first layer's input starts the stream."""
+    if residual is None:
+        return norm(hidden_states), hidden_states
+    return norm(hidden_states, residual)
+
+
 class Qwen3DecoderLayer(nn.Module):
     def __init__(
         self,
@@ -181,12 +189,7 @@ class Qwen3DecoderLayer(nn.Module):
         attn_metadata: AttentionMetadata,
         residual: Optional[torch.Tensor],
     ) -> Tuple[torch.Tensor, torch.Tensor]:
-        # The engine's convention: the residual add is fused into the next RMSNorm.
-        if residual is None:
-            residual = hidden_states
-            hidden_states = self.input_layernorm(hidden_states)
-        else:
-            hidden_states, residual = self.input_layernorm(hidden_states, residual)
+        hidden_states, residual = fused_norm(self.input_layernorm, hidden_states, residual)
         hidden_states = self.branch_out(self.self_attn(positions, hidden_states, kv_cache, attn_metadata))
         hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
         return self.branch_out(self.mlp(hidden_states)), residual
