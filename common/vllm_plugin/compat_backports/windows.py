@@ -48,11 +48,13 @@ def layer_cache_config(cache_config: Any, window: Optional[int]) -> Any:
             # 0.5.5's Attention reads the window only from a cache config; without one it would be dropped.
             raise ValueError("backport: a windowed layer needs the engine's cache config")
         return None
-    if getattr(cache_config, "sliding_window", None) not in (None, window) and window is None:
-        # The engine-wide window is on (R10's config edit did not reach the engine): a global
-        # layer would be served windowed and the block manager would recycle its context.
+    if getattr(cache_config, "sliding_window", None) is not None:
+        # The engine-wide window is on (R10's config edit did not reach the engine): global layers
+        # would be served windowed, the block manager would recycle blocks of every layer's context
+        # and the runner would cut each decode's context, which a windowed layer's decode (counting
+        # positions from the sequence's length) must not meet either.
         raise ValueError(
-            f"backport: the engine applies a model-wide window ({cache_config.sliding_window}) to a global layer; "
+            f"backport: the engine applies a model-wide window ({cache_config.sliding_window}) to every layer; "
             "its config must say use_sliding_window: false"
         )
     layer = copy.copy(cache_config)
