@@ -98,11 +98,13 @@ class Backport(Rule):
         detail = f"{arch} is not registered in {engine}; {PLUGIN_NAME} registers the image's backport (compat_backports.{backport.module}) before the model loads"
         repair = plugin_repair(self.code, self.title, detail, ENV, arch)
         key, text = attention_config(config)
-        if backport.windows and windowed(text):
+        if backport.windows and (windowed(text) or "sliding_window" not in text):
             # Each layer carries its own window (compat_backports/windows.py); the engine-wide one,
             # which would window the global layers and recycle their blocks, is switched off with
             # the engine's own switch (vLLM 0.5.5 reads `use_sliding_window` on the text config, as
-            # for Qwen2). A nested text config is given whole, as every nested edit is.
+            # for Qwen2). A config that names no window gets the switch too: its class's default
+            # (Gemma 3's 4096) is what the engine reads. A nested text config is given whole, as
+            # every nested edit is.
             repair.config_edits = {key: dict(text, use_sliding_window=False)} if key else {"use_sliding_window": False}
             repair.detail += "; its layers take their own sliding windows (the engine-wide window off: use_sliding_window false)"
         if backport.heads:
