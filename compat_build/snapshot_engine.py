@@ -846,6 +846,10 @@ LAYER_API = (
     "config.py:CacheConfig",
     "model_executor/layers/fused_moe/layer.py:FusedMoE",
     "model_executor/layers/fused_moe/layer.py:FusedMoE.make_expert_params_mapping",
+    "model_executor/layers/linear.py:ColumnParallelLinear",
+    "config.py:ModelConfig.get_layers_block_type",
+    "model_executor/models/interfaces.py:has_inner_state",
+    "worker/cpu_model_runner.py:CPUModelRunner.prepare_model_input",
 )
 
 

@@ -68,6 +68,8 @@ R10_ARCHITECTURES = (
     "Olmo2ForCausalLM",
     "Qwen3ForCausalLM",
     "Qwen3MoeForCausalLM",
+    "Qwen3_5ForCausalLM",
+    "Qwen3_5ForConditionalGeneration",
 )
 # C1: per card, the architectures with a conformance cell C1 speaks for (conformance_cells.json:
 # a cell that differs, or did not answer for a reason no other rule names; a test holds this

@@ -107,6 +107,11 @@ class Backport(Rule):
             # every nested edit is.
             repair.config_edits = {key: dict(text, use_sliding_window=False)} if key else {"use_sliding_window": False}
             repair.detail += "; its layers take their own sliding windows (the engine-wide window off: use_sliding_window false)"
+        if backport.recurrent:
+            # Its state pool is indexed by the batch's sequences in Python each step; a CUDA graph
+            # would replay the slots of the batch it was captured with.
+            repair.args = ["--enforce-eager"]
+            repair.detail += "; it keeps each sequence's recurrent state itself (started with --enforce-eager: no CUDA graphs)"
         if backport.heads:
             try:
                 heads = widest_head_edits(text)

@@ -29,12 +29,14 @@ import os
 try:  # as common.vllm_plugin.compat_weights (the preflight's import)
     from . import compat_backports as backports
     from . import compat_cpu_moe as cpu_moe
+    from . import compat_cpu_requests as cpu_requests
     from . import compat_cpu_windows as cpu_windows
     from . import compat_fused_experts as fused_experts
     from . import compat_weight_names as weight_names
 except ImportError:  # as the top-level module vLLM's entry point names (the plugin dir on PYTHONPATH)
     import compat_backports as backports  # type: ignore[no-redef]
     import compat_cpu_moe as cpu_moe  # type: ignore[no-redef]
+    import compat_cpu_requests as cpu_requests  # type: ignore[no-redef]
     import compat_cpu_windows as cpu_windows  # type: ignore[no-redef]
     import compat_fused_experts as fused_experts  # type: ignore[no-redef]
     import compat_weight_names as weight_names  # type: ignore[no-redef]
@@ -132,6 +134,9 @@ def register_backports(env: Dict[str, str]) -> None:
         if backport.windows:
             # Its windowed layers are served right only by a backend that honours each one's window.
             cpu_windows.install(_log())
+        if backport.recurrent:
+            # Its per-sequence state is kept only where the model runner hands it its requests.
+            cpu_requests.install(_log())
 
 
 def _find_loader() -> Optional[Any]:

@@ -78,15 +78,23 @@ class Backport:
     `windows`: its layers carry their own sliding windows (windows.py); the engine-wide window
     must then be off, and R10 says so in the config the engine reads. `heads`: its layers have
     head sizes of their own (heads.py); the engine's one head size must be the widest, and R10
-    writes it, with each layer's own, into the config the engine reads."""
+    writes it, with each layer's own, into the config the engine reads. `recurrent`: it keeps a
+    state per sequence (qwen3_5.py): the CPU runner is taught to hand it its requests
+    (compat_cpu_requests.py), and R10 starts it without CUDA graphs."""
 
-    __slots__ = ("architecture", "module", "requires", "windows", "heads")
+    __slots__ = ("architecture", "module", "requires", "windows", "heads", "recurrent")
 
     def __init__(
-        self, architecture: str, module: str, requires: Mapping[str, Sequence[str]], windows: bool = False, heads: bool = False
+        self,
+        architecture: str,
+        module: str,
+        requires: Mapping[str, Sequence[str]],
+        windows: bool = False,
+        heads: bool = False,
+        recurrent: bool = False,
     ) -> None:
         self.architecture, self.module, self.requires = architecture, module, dict(requires)
-        self.windows, self.heads = windows, heads
+        self.windows, self.heads, self.recurrent = windows, heads, recurrent
 
     def load(self) -> Any:
         """The class itself (imports the module: torch and vLLM, inside the engine only)."""
@@ -132,6 +140,21 @@ GEMMA4_055: Dict[str, Tuple[str, ...]] = {
     "model_executor/layers/linear.py:ReplicatedLinear": ("input_size", "output_size", "bias", "quant_config"),
 }
 
+# A model that keeps a state per sequence (Jamba's protocol on this engine): the config's
+# `layers_block_type` makes the engine page KV for the attention layers only and its GPU runner
+# hand the model its requests; the loader passes the scheduler config to a class with
+# `has_inner_state`; the CPU runner's input preparation is where compat_cpu_requests.py adds them.
+RECURRENT_055: Dict[str, Tuple[str, ...]] = {
+    "config.py:ModelConfig.get_layers_block_type": ("parallel_config",),
+    "model_executor/models/interfaces.py:has_inner_state": ("model",),
+    "worker/cpu_model_runner.py:CPUModelRunner.prepare_model_input": (
+        "seq_group_metadata_list",
+        "virtual_engine",
+        "finished_requests_ids",
+    ),
+    "model_executor/layers/linear.py:ColumnParallelLinear": ("input_size", "output_size", "bias", "quant_config"),
+}
+
 # architecture -> its backport: one line per backported family.
 BACKPORTS: Dict[str, Backport] = {
     "Qwen3ForCausalLM": Backport("Qwen3ForCausalLM", "qwen3", LAYERS_055),
@@ -150,6 +173,10 @@ BACKPORTS: Dict[str, Backport] = {
     ),
     "Gemma4ForConditionalGeneration": Backport(
         "Gemma4ForConditionalGeneration", "gemma4", dict(LAYERS_055, **GEMMA_055, **WINDOWS_055, **GEMMA4_055), windows=True, heads=True
+    ),
+    "Qwen3_5ForCausalLM": Backport("Qwen3_5ForCausalLM", "qwen3_5", dict(LAYERS_055, **GEMMA_055, **RECURRENT_055), recurrent=True),
+    "Qwen3_5ForConditionalGeneration": Backport(
+        "Qwen3_5ForConditionalGeneration", "qwen3_5", dict(LAYERS_055, **GEMMA_055, **RECURRENT_055), recurrent=True
     ),
 }
 

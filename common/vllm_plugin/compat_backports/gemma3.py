@@ -13,7 +13,7 @@ their language model's weights under either published naming, the vision tensors
 """
 
 import logging
-from typing import Iterable, Optional, Tuple
+from typing import Any, Iterable, Optional, Tuple
 
 import torch
 from torch import nn
@@ -115,8 +115,10 @@ class ServedAsText:
     (text_of_vlm.py), the vision and audio towers never built, their tensors skipped and counted
     in the log (the engine takes no images for it: a text-only start)."""
 
-    def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
-        super().__init__(config.text_config, cache_config, quant_config)
+    def __init__(
+        self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None, **extra: Any
+    ) -> None:
+        super().__init__(config.text_config, cache_config, quant_config, **extra)  # extra: the scheduler config of a model with state
 
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
         skipped = []

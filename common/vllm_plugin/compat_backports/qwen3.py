@@ -77,6 +77,9 @@ class Qwen3Attention(nn.Module):
     (`head_dim`, `num_kv_heads`: Gemma 4, whose `make_attn` holds them in the engine's one shape)."""
 
     norm_cls = RMSNorm
+    # Projections of the query per head: 2 where each head's query comes with its output gate
+    # (Qwen3.5's gated attention: q_proj holds [query, gate] per head).
+    query_parts = 1
 
     def __init__(
         self,
@@ -105,7 +108,12 @@ class Qwen3Attention(nn.Module):
         self.kv_size = self.num_kv_heads * self.head_dim
         bias = bool(getattr(config, "attention_bias", False))
         self.qkv_proj = QKVParallelLinear(
-            config.hidden_size, self.head_dim, self.total_num_heads, self.total_num_kv_heads, bias=bias, quant_config=quant_config
+            config.hidden_size,
+            self.head_dim,
+            self.total_num_heads * self.query_parts,
+            self.total_num_kv_heads,
+            bias=bias,
+            quant_config=quant_config,
         )
         self.o_proj = RowParallelLinear(self.total_num_heads * self.head_dim, config.hidden_size, bias=bias, quant_config=quant_config)
         self.qk_norm, self.rotates = qk_norm, rotate

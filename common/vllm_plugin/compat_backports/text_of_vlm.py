@@ -20,11 +20,12 @@ TEXT_PREFIXES = (
     ("language_model.lm_head.", "lm_head."),
     ("model.language_model.", "model."),
 )
-# What a text-only start does not build (Gemma 4's audio tower and its embedders too).
+# What a text-only start does not build (Gemma 4's audio tower and its embedders too; Qwen3.5's
+# vision tower is `model.visual`).
 VISION_PREFIXES = tuple(
     prefix + part
     for prefix in ("", "model.")
-    for part in ("vision_tower.", "multi_modal_projector.", "audio_tower.", "embed_vision.", "embed_audio.")
+    for part in ("vision_tower.", "multi_modal_projector.", "audio_tower.", "embed_vision.", "embed_audio.", "visual.")
 )
 
 

@@ -88,6 +88,14 @@ class Qwen3_5TextConfig(PretrainedConfig):
         )
 
 
+    @property
+    def layers_block_type(self) -> List[str]:
+        """vLLM 0.5.5's name for the layer kinds (Jamba's): "attention" layers get a paged KV
+        cache; any other kind is sequence-length agnostic, and a model with one is handed its
+        requests by the model runner to keep their state (compat_backports/qwen3_5.py)."""
+        return ["attention" if t == "full_attention" else t for t in self.layer_types]
+
+
 class Qwen3_5Config(PretrainedConfig):
     """The multimodal config: its text part is a Qwen3_5TextConfig; the vision part stays the
     dict it was saved as (no engine of transformers 4 builds its tower)."""
@@ -114,3 +122,7 @@ class Qwen3_5Config(PretrainedConfig):
         self.vision_start_token_id = vision_start_token_id
         self.vision_end_token_id = vision_end_token_id
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
+
+    @property
+    def layers_block_type(self) -> List[str]:
+        return self.text_config.layers_block_type
