@@ -74,7 +74,9 @@ def _wrap(runner: Any, with_requests: Any) -> None:
         model = self.model
         # The engine's execute_model calls the model with the standard arguments; the forward it
         # finds for this step carries the two more, as the GPU runner passes them.
-        model.forward = functools.partial(type(model).forward, model, request_ids_to_seq_ids=requests, finished_requests_ids=model_input.finished_requests_ids)
+        model.forward = functools.partial(
+            type(model).forward, model, request_ids_to_seq_ids=requests, finished_requests_ids=model_input.finished_requests_ids
+        )
         try:
             return execute(self, model_input, kv_caches, *rest, **kw)
         finally:

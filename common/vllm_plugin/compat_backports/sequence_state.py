@@ -65,23 +65,28 @@ class SequenceSlots:
         flat = [(request, seq) for request, seqs in batch.items() for seq in seqs]
         if len(flat) != len(fresh):
             raise ValueError(f"recurrent state: {len(flat)} sequences in the batch, {len(fresh)} token runs")
-        needed = sum(1 for (request, seq), new in zip(flat, fresh) if seq not in self.held.get(request, {}))
+        needed = 0
+        for (request, seq), new in zip(flat, fresh):
+            held = self.held.get(request, {})
+            if seq in held:
+                continue
+            needed += 1
+            if not new and not held:
+                raise ValueError(
+                    f"recurrent state: sequence {seq} of request {request} continues, but no state was kept for it "
+                    "(a prompt served from a cached prefix, or a runner that does not hand the model its requests)"
+                )
         if needed > len(self.free):
             raise MemoryError(f"recurrent state: {needed} sequences need a slot, {len(self.free)} free")
         plan = StepPlan()
         for (request, seq), new in zip(flat, fresh):
             slot = self.held.get(request, {}).get(seq)
-            if new:
-                slot = self._take(request, seq) if slot is None else slot
-                plan.clear.append(slot)
-            elif slot is None:
-                siblings = [s for other, s in self.held.get(request, {}).items() if other != seq]
-                if not siblings:
-                    raise ValueError(
-                        f"recurrent state: sequence {seq} of request {request} continues, but no state was kept for it "
-                        "(a prompt served from a cached prefix, or a runner that does not hand the model its requests)"
-                    )
+            if slot is None:
+                siblings = list(self.held.get(request, {}).values())
                 slot = self._take(request, seq)
-                plan.copies.append((siblings[0], slot))
+                if not new:
+                    plan.copies.append((siblings[0], slot))  # a fork: its sibling's state (checked above)
+            if new:
+                plan.clear.append(slot)
             plan.slots.append(slot)
         return plan
