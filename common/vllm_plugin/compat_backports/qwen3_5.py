@@ -134,14 +134,14 @@ class StatePool:
             self.slots.grow(capacity)
             plan = self.slots.plan(requests, fresh)
         for slot in plan.clear:
-            for conv, recurrent in zip(self.conv, self.recurrent):
+            for conv, recurrent in zip(self.conv, self.recurrent, strict=True):
                 conv[slot].zero_()
                 recurrent[slot].zero_()
         for source, target in plan.copies:
-            for conv, recurrent in zip(self.conv, self.recurrent):
+            for conv, recurrent in zip(self.conv, self.recurrent, strict=True):
                 conv[target].copy_(conv[source])
                 recurrent[target].copy_(recurrent[source])
-        runs = [(start, length, slot) for (start, length, _), slot in zip(prompts, plan.slots)]
+        runs = [(start, length, slot) for (start, length, _), slot in zip(prompts, plan.slots[: len(prompts)], strict=True)]
         return Step(self, runs, decode_start, plan.slots[len(prompts) :])
 
 

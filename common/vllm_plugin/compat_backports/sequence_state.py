@@ -66,7 +66,7 @@ class SequenceSlots:
         if len(flat) != len(fresh):
             raise ValueError(f"recurrent state: {len(flat)} sequences in the batch, {len(fresh)} token runs")
         needed = 0
-        for (request, seq), new in zip(flat, fresh):
+        for (request, seq), new in zip(flat, fresh, strict=True):
             held = self.held.get(request, {})
             if seq in held:
                 continue
@@ -79,7 +79,7 @@ class SequenceSlots:
         if needed > len(self.free):
             raise MemoryError(f"recurrent state: {needed} sequences need a slot, {len(self.free)} free")
         plan = StepPlan()
-        for (request, seq), new in zip(flat, fresh):
+        for (request, seq), new in zip(flat, fresh, strict=True):
             slot = self.held.get(request, {}).get(seq)
             if slot is None:
                 siblings = list(self.held.get(request, {}).values())

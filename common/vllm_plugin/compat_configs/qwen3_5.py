@@ -87,7 +87,6 @@ class Qwen3_5TextConfig(PretrainedConfig):
             **kwargs,
         )
 
-
     @property
     def layers_block_type(self) -> List[str]:
         """vLLM 0.5.5's name for the layer kinds (Jamba's): "attention" layers get a paged KV
