@@ -282,6 +282,21 @@ class Case:
     weights_file: bool = False
 
 
+def qwen3_5() -> dict:
+    """A tiny Qwen3.5 text model (three Gated DeltaNet layers, one attention layer), a model type
+    transformers 4.55 and 4.57 lack."""
+    return llama(
+        architectures=["Qwen3_5ForCausalLM"],
+        model_type="qwen3_5_text",
+        num_hidden_layers=4,
+        linear_key_head_dim=32,
+        linear_value_head_dim=32,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        layer_types=["linear_attention"] * 3 + ["full_attention"],
+    )
+
+
 def _config(config_fn: Callable[[], dict]) -> Callable[[Path], Path]:
     return lambda dest: write_model(dest, config_fn())
 
@@ -305,11 +320,12 @@ CASES: List[Case] = [
     Case(
         "nv-a100",
         "qwen3_5-model-type",
-        _config(lambda: llama(architectures=["Qwen3_5ForCausalLM"], model_type="qwen3_5")),
+        _config(qwen3_5),
         "fails",
-        # The image reads the config with its own class (R12); the engine lacks the architecture.
-        ("R4",),
-        "has model type `qwen3_5` but Transformers does not recognize this architecture",
+        # The image reads the config with its own class (R12); the engine lacks the architecture,
+        # and the image's backport is written against 0.5.5's layers, which 0.11 lacks.
+        ("R10",),
+        "has model type `qwen3_5_text` but Transformers does not recognize this architecture",
     ),
     Case("nv-a100", "remote-code", _config(remote_code), "fails", ("REMOTE_CODE",), "contains custom code which must be executed"),
     # The engine's own config class (issue 24, class 1): vLLM 0.11.0 reads RefinedWebModel with its
@@ -386,11 +402,11 @@ CASES: List[Case] = [
     Case(
         "iluvatar-bi100",
         "qwen3_5-model-type",
-        _config(lambda: llama(architectures=["Qwen3_5ForCausalLM"], model_type="qwen3_5")),
-        "fails",
-        # The image reads the config with its own class (R12); the engine lacks the architecture.
-        ("R4",),
-        "has model type `qwen3_5` but Transformers does not recognize this architecture",
+        _config(qwen3_5),
+        "starts",
+        # The image reads the config with its own class (R12) and serves it with its backport (R10).
+        ("R12", "R10"),
+        "has model type `qwen3_5_text` but Transformers does not recognize this architecture",
     ),
     Case("iluvatar-bi100", "remote-code", _config(remote_code), "fails", ("REMOTE_CODE",), "contains custom code which must be executed"),
     # The same config on 0.5.5, which asks transformers first (its RWConfig comes after): refused.

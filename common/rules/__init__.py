@@ -141,6 +141,7 @@ C1_ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
         "PhimoeForCausalLM",
         "Qwen3NextForCausalLM",
         "Qwen3_5ForCausalLM",
+        "Qwen3_5ForConditionalGeneration",
         "StableLmForCausalLM",
     ),
 }

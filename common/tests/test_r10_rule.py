@@ -262,3 +262,63 @@ def test_exaone4_needs_the_cache_config_that_carries_a_window(tmp_path):
     assert r10.repairs == [] and finding.severity == "error" and "CacheConfig(sliding_window)" in finding.message
     r10, _ = outcome_on(data, QWEN3, tmp_path)
     assert [r.code for r in r10.repairs] == ["R10"]
+
+
+def test_a_windowed_family_whose_config_names_no_window_still_gets_the_switch(tmp_path):
+    """Gemma 3's config class gives a 4096 window when config.json names none: the engine would
+    read that default as its model-wide window, so the switch goes into the config either way."""
+    config = dict(QWEN3, architectures=["Gemma3ForCausalLM"], model_type="gemma3_text")
+    r10, _ = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
+    [repair] = r10.repairs
+    assert repair.config_edits == {"use_sliding_window": False}
+
+
+# Qwen3.5 as published (text and vision, the language model under text_config), shaped like the
+# small checkpoints: Gated DeltaNet layers with full attention every fourth.
+QWEN35_TEXT = {
+    "model_type": "qwen3_5_text",
+    "hidden_size": 2048,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 16,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25},
+}
+QWEN35 = {
+    "architectures": ["Qwen3_5ForConditionalGeneration"],
+    "model_type": "qwen3_5",
+    "text_config": QWEN35_TEXT,
+    "vision_config": {"model_type": "qwen3_5_vision", "depth": 2},
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_qwen35_gets_its_backport_on_bi100_started_without_cuda_graphs(tmp_path):
+    r10, r4 = outcome_on(profile_data("iluvatar-bi100"), QWEN35, tmp_path)
+    [repair] = r10.repairs
+    assert repair.env[ENV] == "Qwen3_5ForConditionalGeneration" and r4.findings == []
+    # Its per-sequence state is indexed in Python each step: a CUDA graph would replay one batch's.
+    assert repair.args == ["--enforce-eager"] and repair.config_edits == {}
+
+
+def test_qwen35_needs_a_runner_that_hands_the_model_its_requests(tmp_path):
+    """The CPU runner's input preparation must take the finished requests (where the plugin adds
+    the request ids); an engine whose runner does not cannot keep a sequence's state."""
+    data = profile_data("iluvatar-bi100")
+    data["engine"]["layer_api"]["worker/cpu_model_runner.py:CPUModelRunner.prepare_model_input"] = ["seq_group_metadata_list"]
+    r10, _ = outcome_on(data, QWEN35, tmp_path)
+    [finding] = r10.findings
+    assert r10.repairs == [] and finding.severity == "error" and "prepare_model_input(finished_requests_ids)" in finding.message
+
+
+def test_qwen35_moe_has_no_backport_yet(tmp_path):
+    config = dict(QWEN35, architectures=["Qwen3_5MoeForConditionalGeneration"], model_type="qwen3_5_moe")
+    r10, r4 = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
+    assert r10.repairs == [] and r10.findings == []
+    [finding] = r4.findings
+    assert finding.severity == "error" and "Qwen3_5MoeForConditionalGeneration" in finding.message

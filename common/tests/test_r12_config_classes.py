@@ -142,15 +142,15 @@ def env(env_for_tests):
     return env_for_tests
 
 
-def test_bi100_registers_the_classes_and_config_passes_leaving_r4(tmp_path, env):
+def test_bi100_registers_the_classes_and_config_passes(tmp_path, env):
     plan = preflight_json(model_dir(tmp_path / "m", {"config.json": QWEN3_5}), "iluvatar-bi100", env=env)
     [r12], [] = codes(plan, "R12")
     assert r12["env"][compat_configs.ENV] == "qwen3_5,qwen3_5_text"
     assert plan["env"][compat_configs.ENV] == "qwen3_5,qwen3_5_text" and plan["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(PLUGIN_DIR)
     assert codes(plan, "CONFIG") == ([], [])
-    # Reading the config is not serving the model: vLLM 0.5.5 lacks the architecture.
-    [r4] = codes(plan, "R4")[1]
-    assert r4["severity"] == "error" and "Qwen3_5ForConditionalGeneration" in r4["message"]
+    # Reading the config is not serving the model: vLLM 0.5.5 lacks the architecture, which the
+    # image's backport serves (R10), not R4's error.
+    assert [r["code"] for r in plan["repairs"]].count("R10") == 1 and codes(plan, "R4") == ([], []), plan
 
 
 def test_a_newer_engine_whose_transformers_knows_the_types_gets_no_r12(tmp_path, env):
@@ -182,7 +182,7 @@ def test_doctor_on_bi100_reads_the_config_with_the_registered_classes(tmp_path, 
     data = json.loads(result.stdout)
     assert [r["code"] for r in data["repairs"]].count("R12") == 1, data["repairs"]
     assert not [f for f in data["findings"] if f["code"] == "CONFIG"], data["findings"]
-    assert any(f["code"] == "R4" and f["severity"] == "error" for f in data["findings"]), data["findings"]
+    assert data["verdict"] == "starts" and {"R12", "R10"} <= {r["code"] for r in data["repairs"]}, data
 
 
 @needs_venvs

@@ -303,6 +303,8 @@ class Qwen3_5ForCausalLM(Qwen3ForCausalLM):
                 "Qwen3.5 backport: prefix caching cannot serve a recurrent model "
                 "(a cached prefix has no recurrent state to continue from); start it without --enable-prefix-caching"
             )
+        # A composite config (model_type qwen3_5) under the text class: its text part is the model.
+        config = getattr(config, "text_config", config)
         super().__init__(config, cache_config, quant_config)
         capacity = getattr(scheduler_config, "max_num_seqs", None) or DEFAULT_SLOTS
         self.pool = StatePool(
