@@ -53,7 +53,7 @@ R8_MODEL_TYPES = (
 )
 # R11: the model types whose engine model (its own or the backport) runs its experts through
 # FusedMoE (r11_cpu_moe.py).
-R11_MODEL_TYPES = ("deepseek_v2", "mixtral", "qwen2_moe", "qwen3_moe")
+R11_MODEL_TYPES = ("deepseek_v2", "mixtral", "qwen2_moe", "qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text")
 R9_MODEL_TYPES = ("aya_vision", "gemma3", "llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma")
 # R10: the architectures the runtime package ships a backport of (vllm_plugin/compat_backports).
 R10_ARCHITECTURES = (
@@ -70,6 +70,8 @@ R10_ARCHITECTURES = (
     "Qwen3MoeForCausalLM",
     "Qwen3_5ForCausalLM",
     "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration",
 )
 # C1: per card, the architectures with a conformance cell C1 speaks for (conformance_cells.json:
 # a cell that differs, or did not answer for a reason no other rule names; a test holds this
@@ -142,6 +144,7 @@ C1_ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
         "Qwen3NextForCausalLM",
         "Qwen3_5ForCausalLM",
         "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForCausalLM",
         "StableLmForCausalLM",
     ),
 }

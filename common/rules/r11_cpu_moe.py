@@ -18,7 +18,7 @@ from .base import Context, Outcome, Rule
 
 # The model types whose engine model (vLLM 0.5.5's own, or the image's backport) runs its experts
 # through FusedMoE.
-MODEL_TYPES = ("deepseek_v2", "mixtral", "qwen2_moe", "qwen3_moe")
+MODEL_TYPES = ("deepseek_v2", "mixtral", "qwen2_moe", "qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text")
 
 
 def vendor_layer_runs_experts(architectures: list) -> bool:

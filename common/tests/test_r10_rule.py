@@ -316,9 +316,14 @@ def test_qwen35_needs_a_runner_that_hands_the_model_its_requests(tmp_path):
     assert r10.repairs == [] and finding.severity == "error" and "prepare_model_input(finished_requests_ids)" in finding.message
 
 
-def test_qwen35_moe_has_no_backport_yet(tmp_path):
-    config = dict(QWEN35, architectures=["Qwen3_5MoeForConditionalGeneration"], model_type="qwen3_5_moe")
+def test_qwen35_moe_gets_its_backport_on_the_engines_fused_moe(tmp_path):
+    config = dict(
+        QWEN35,
+        architectures=["Qwen3_5MoeForConditionalGeneration"],
+        model_type="qwen3_5_moe",
+        text_config=dict(QWEN35_TEXT, model_type="qwen3_5_moe_text", num_experts=256, num_experts_per_tok=8),
+    )
     r10, r4 = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
-    assert r10.repairs == [] and r10.findings == []
-    [finding] = r4.findings
-    assert finding.severity == "error" and "Qwen3_5MoeForConditionalGeneration" in finding.message
+    [repair] = r10.repairs
+    assert repair.env[ENV] == "Qwen3_5MoeForConditionalGeneration" and repair.args == ["--enforce-eager"] and r4.findings == []
+    assert "model_executor/layers/fused_moe/layer.py:FusedMoE" in repair.engine_check["requires"]

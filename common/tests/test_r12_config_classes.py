@@ -40,6 +40,8 @@ SAVED_BY_5 = {
     "ministral3": "Ministral3Config(**SMALL, sliding_window=4096)",
     "qwen3_5_text": "Qwen3_5TextConfig(**SMALL)",
     "qwen3_5": "Qwen3_5Config(text_config=dict(SMALL, num_hidden_layers=8))",
+    "qwen3_5_moe_text": "Qwen3_5MoeTextConfig(**SMALL, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32)",
+    "qwen3_5_moe": "Qwen3_5MoeConfig(text_config=dict(SMALL, num_hidden_layers=8, num_experts=8))",
     # Ministral 3's published form: a Mistral3 wrapper (4.55 has it) around a ministral3 text config.
     "mistral3+ministral3": "Mistral3Config(text_config=Ministral3Config(**SMALL))",
 }
@@ -53,6 +55,11 @@ FIELDS = (
     "vocab_size",
     "tie_word_embeddings",
     "rope_parameters",
+    # The MoE's expert block ("<missing>" on both sides for the dense types).
+    "num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
 )
 
 # Run in each venv: read the saved config, print the text config's fields as JSON. rope_theta is
@@ -85,7 +92,7 @@ def _run(python, args, env=None):
 def _saved_by_5(tmp_path, name):
     """The config directory transformers 5 writes for SAVED_BY_5[name], and its read values."""
     path = tmp_path / name
-    classes = "Gemma4Config,Gemma4TextConfig,Ministral3Config,Mistral3Config,Qwen3_5Config,Qwen3_5TextConfig"
+    classes = "Gemma4Config,Gemma4TextConfig,Ministral3Config,Mistral3Config,Qwen3_5Config,Qwen3_5TextConfig,Qwen3_5MoeConfig,Qwen3_5MoeTextConfig"
     build = (
         "import transformers, sys; ns = {n: getattr(transformers, n) for n in sys.argv[3].split(',')}; "
         f"ns['SMALL'] = {SMALL!r}; eval(sys.argv[1], ns).save_pretrained(sys.argv[2]); print('{{}}')"

@@ -178,6 +178,12 @@ BACKPORTS: Dict[str, Backport] = {
     "Qwen3_5ForConditionalGeneration": Backport(
         "Qwen3_5ForConditionalGeneration", "qwen3_5", dict(LAYERS_055, **GEMMA_055, **RECURRENT_055), recurrent=True
     ),
+    "Qwen3_5MoeForCausalLM": Backport(
+        "Qwen3_5MoeForCausalLM", "qwen3_5_moe", dict(LAYERS_055, **GEMMA_055, **RECURRENT_055, **EXPERTS_055), recurrent=True
+    ),
+    "Qwen3_5MoeForConditionalGeneration": Backport(
+        "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", dict(LAYERS_055, **GEMMA_055, **RECURRENT_055, **EXPERTS_055), recurrent=True
+    ),
 }
 
 

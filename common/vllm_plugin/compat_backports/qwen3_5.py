@@ -220,13 +220,14 @@ class GatedDeltaNet(nn.Module):
 
 
 class Qwen3_5DecoderLayer(nn.Module):
-    def __init__(self, config, index: int, state_index: Optional[int], cache_config, quant_config) -> None:
+    def __init__(self, config, index: int, state_index: Optional[int], cache_config, quant_config, mlp: Optional[nn.Module] = None) -> None:
         super().__init__()
         if state_index is None:
             self.self_attn = Qwen3_5Attention(config, cache_config, quant_config)
         else:
             self.linear_attn = GatedDeltaNet(config, state_index, quant_config)
-        self.mlp = Qwen3MLP(config.hidden_size, config.intermediate_size, config.hidden_act, quant_config)
+        # The MoE variant passes its expert block; the dense model has one MLP per layer.
+        self.mlp = mlp if mlp is not None else Qwen3MLP(config.hidden_size, config.intermediate_size, config.hidden_act, quant_config)
         self.input_layernorm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 

@@ -70,30 +70,32 @@ class Qwen3MoeModel(Qwen3Model):
         super().__init__(config, cache_config, quant_config, layer_fn=layer)
 
 
+def expert_tensors(model: nn.Module, num_experts: int, weights: Iterable[Tuple[str, torch.Tensor]]) -> Iterable[Tuple[str, torch.Tensor]]:
+    """Loads each expert's checkpoint tensor (`mlp.experts.{e}.gate_proj` ...) into the FusedMoE
+    layers' stacked weights of `model`; yields every other tensor, for the dense loader."""
+    mapping = FusedMoE.make_expert_params_mapping(
+        ckpt_gate_proj_name="gate_proj",
+        ckpt_down_proj_name="down_proj",
+        ckpt_up_proj_name="up_proj",
+        num_experts=num_experts,
+    )
+    params = dict(model.named_parameters())
+    for name, loaded in weights:
+        expert = next((m for m in mapping if m[1] in name), None) if ".mlp.experts." in name else None
+        if expert is None:
+            yield name, loaded
+            continue
+        param_name, weight_name, expert_id, shard_id = expert
+        name = name.replace(weight_name, param_name)
+        if is_pp_missing_parameter(name, model):
+            continue
+        param = params[name]
+        param.weight_loader(param, loaded, name, shard_id=shard_id, expert_id=expert_id)
+
+
 class Qwen3MoeForCausalLM(Qwen3ForCausalLM):
     model_cls = Qwen3MoeModel
 
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
         """The experts' tensors into the FusedMoE layers' stacked weights; the rest as Qwen3's."""
-        mapping = FusedMoE.make_expert_params_mapping(
-            ckpt_gate_proj_name="gate_proj",
-            ckpt_down_proj_name="down_proj",
-            ckpt_up_proj_name="up_proj",
-            num_experts=self.config.num_experts,
-        )
-        params = dict(self.named_parameters())
-
-        def dense() -> Iterable[Tuple[str, torch.Tensor]]:
-            for name, loaded in weights:
-                expert = next((m for m in mapping if m[1] in name), None) if ".mlp.experts." in name else None
-                if expert is None:
-                    yield name, loaded
-                    continue
-                param_name, weight_name, expert_id, shard_id = expert
-                name = name.replace(weight_name, param_name)
-                if is_pp_missing_parameter(name, self):
-                    continue
-                param = params[name]
-                param.weight_loader(param, loaded, name, shard_id=shard_id, expert_id=expert_id)
-
-        super().load_weights(dense())
+        super().load_weights(expert_tensors(self, self.config.num_experts, weights))

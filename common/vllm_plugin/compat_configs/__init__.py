@@ -32,6 +32,8 @@ CLASSES = {
     "ministral3": "ministral3:Ministral3Config",
     "qwen3_5": "qwen3_5:Qwen3_5Config",
     "qwen3_5_text": "qwen3_5:Qwen3_5TextConfig",
+    "qwen3_5_moe": "qwen3_5:Qwen3_5MoeConfig",
+    "qwen3_5_moe_text": "qwen3_5:Qwen3_5MoeTextConfig",
 }
 
 

@@ -1,6 +1,7 @@
-"""Qwen3.5 (`qwen3_5`, text part `qwen3_5_text`) for transformers 4.x, from transformers 5's
-Qwen3_5Config/Qwen3_5TextConfig: a hybrid decoder (`layer_types`: linear attention, with full
-attention every 4th layer by default) whose rope rotates a quarter of each head."""
+"""Qwen3.5 (`qwen3_5`, text part `qwen3_5_text`; the MoE `qwen3_5_moe`, `qwen3_5_moe_text`) for
+transformers 4.x, from transformers 5's Qwen3_5(Moe)Config/Qwen3_5(Moe)TextConfig: a hybrid decoder
+(`layer_types`: linear attention, with full attention every 4th layer by default) whose rope
+rotates a quarter of each head; the MoE's every layer has routed experts and a gated shared one."""
 
 from __future__ import annotations
 
@@ -114,7 +115,7 @@ class Qwen3_5Config(PretrainedConfig):
         tie_word_embeddings: bool = False,
         **kwargs: Any,
     ) -> None:
-        self.text_config = text_sub_config(text_config, Qwen3_5TextConfig)
+        self.text_config = text_sub_config(text_config, self.sub_configs["text_config"])
         self.vision_config = vision_config
         self.image_token_id = image_token_id
         self.video_token_id = video_token_id
@@ -125,3 +126,47 @@ class Qwen3_5Config(PretrainedConfig):
     @property
     def layers_block_type(self) -> List[str]:
         return self.text_config.layers_block_type
+
+
+class Qwen3_5MoeTextConfig(Qwen3_5TextConfig):
+    """The dense text config with the expert block's sizes (every layer is sparse: routed experts
+    of `moe_intermediate_size`, top `num_experts_per_tok` renormalised, and a shared expert of
+    `shared_expert_intermediate_size` scaled by a sigmoid gate). transformers 5's defaults."""
+
+    model_type = "qwen3_5_moe_text"
+
+    def __init__(
+        self,
+        vocab_size: int = 248320,
+        hidden_size: int = 2048,
+        num_hidden_layers: int = 40,
+        num_attention_heads: int = 16,
+        num_key_value_heads: int = 2,
+        moe_intermediate_size: int = 512,
+        shared_expert_intermediate_size: int = 512,
+        num_experts_per_tok: int = 8,
+        num_experts: int = 256,
+        output_router_logits: bool = False,
+        router_aux_loss_coef: float = 0.001,
+        **kwargs: Any,
+    ) -> None:
+        self.moe_intermediate_size = moe_intermediate_size
+        self.shared_expert_intermediate_size = shared_expert_intermediate_size
+        self.num_experts_per_tok = num_experts_per_tok
+        self.num_experts = num_experts
+        self.output_router_logits = output_router_logits
+        self.router_aux_loss_coef = router_aux_loss_coef
+        kwargs.pop("intermediate_size", None)  # the MoE has no dense MLP
+        super().__init__(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads,
+            **kwargs,
+        )
+
+
+class Qwen3_5MoeConfig(Qwen3_5Config):
+    model_type = "qwen3_5_moe"
+    sub_configs = {"text_config": Qwen3_5MoeTextConfig}
