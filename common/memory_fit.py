@@ -86,23 +86,23 @@ class Request:
 
     def __init__(self, user: UserArgs, facts: Mapping[str, Any]) -> None:
         self.given = bool(user.args or user.config_args)
-        self.tp = _int_arg(user, "--tensor-parallel-size") or 1
-        self.pp = _int_arg(user, "--pipeline-parallel-size") or 1
-        self.max_model_len = _int_arg(user, "--max-model-len")
+        self.tp = int_arg(user, "--tensor-parallel-size") or 1
+        self.pp = int_arg(user, "--pipeline-parallel-size") or 1
+        self.max_model_len = int_arg(user, "--max-model-len")
         self.util = _positive(user.value("--gpu-memory-utilization")) or float(facts.get("gpu_memory_utilization") or 0.9)
         self.dtype = user.value("--dtype")
         self.kv_dtype = (user.value("--kv-cache-dtype") or "auto").lower()
         self.quantization = user.value("--quantization")
-        self.seqs = _int_arg(user, "--max-num-seqs") or facts.get("max_num_seqs") or DEFAULT_SEQS
-        self.batched = _int_arg(user, "--max-num-batched-tokens")
-        self.block = _int_arg(user, "--block-size") or facts.get("block_size") or DEFAULT_BLOCK
-        self.chunked = _switch(user, "--enable-chunked-prefill")
+        self.seqs = int_arg(user, "--max-num-seqs") or facts.get("max_num_seqs") or DEFAULT_SEQS
+        self.batched = int_arg(user, "--max-num-batched-tokens")
+        self.block = int_arg(user, "--block-size") or facts.get("block_size") or DEFAULT_BLOCK
+        self.chunked = switch_arg(user, "--enable-chunked-prefill")
         self.eager = user.has("--enforce-eager")
         self.disable_window = user.has("--disable-sliding-window")
         self.kv_memory = _bytes(user.value("--kv-cache-memory-bytes")) if facts.get("kv_cache_memory_flag") else None
 
 
-def _int_arg(user: UserArgs, flag: str) -> Optional[int]:
+def int_arg(user: UserArgs, flag: str) -> Optional[int]:
     text = user.value(flag)
     short = SHORT_FLAGS.get(flag)
     if short is not None:
@@ -115,7 +115,7 @@ def _int_arg(user: UserArgs, flag: str) -> Optional[int]:
     return _positive(text, int)
 
 
-def _switch(user: UserArgs, flag: str) -> Optional[bool]:
+def switch_arg(user: UserArgs, flag: str) -> Optional[bool]:
     if user.has("--no-" + flag[2:]):
         return False
     if not user.has(flag):

@@ -108,6 +108,15 @@ class Backport(Rule):
             repair.config_edits = {key: dict(text, use_sliding_window=False)} if key else {"use_sliding_window": False}
             repair.detail += "; its layers take their own sliding windows (the engine-wide window off: use_sliding_window false)"
         if backport.recurrent:
+            refused = one_device_only(ctx)
+            if refused:
+                # The backport refuses these at start (qwen3_5.py): said here, before the start.
+                outcome.findings.append(
+                    self.finding(
+                        "error", f"{arch} is served by the image's backport, which keeps each sequence's state on one device: {refused}"
+                    )
+                )
+                return outcome
             # Its state pool is indexed by the batch's sequences in Python each step; a CUDA graph
             # would replay the slots of the batch it was captured with.
             repair.args = ["--enforce-eager"]
@@ -131,6 +140,21 @@ class Backport(Rule):
         repair.engine_check = {"kind": "layer_api", "requires": {k: list(v) for k, v in backport.requires.items()}}
         outcome.repairs.append(repair)
         return outcome
+
+
+def one_device_only(ctx: Context) -> str:
+    """What the platform's arguments ask that a backport with per-sequence state cannot serve
+    ("" when nothing): more than one device, or a prefix cache (a cached prefix has no state)."""
+    from ..memory_fit import int_arg, switch_arg  # its tables load only for such a model
+
+    asked = []
+    for flag in ("--tensor-parallel-size", "--pipeline-parallel-size"):
+        size = int_arg(ctx.user, flag)
+        if size and size > 1:
+            asked.append(f"{flag} {size} (not supported yet)")
+    if switch_arg(ctx.user, "--enable-prefix-caching"):
+        asked.append("--enable-prefix-caching (a cached prefix has no recurrent state to continue from)")
+    return "; ".join(asked)
 
 
 RULE = Backport()

@@ -327,3 +327,28 @@ def test_qwen35_moe_gets_its_backport_on_the_engines_fused_moe(tmp_path):
     [repair] = r10.repairs
     assert repair.env[ENV] == "Qwen3_5MoeForConditionalGeneration" and repair.args == ["--enforce-eager"] and r4.findings == []
     assert "model_executor/layers/fused_moe/layer.py:FusedMoE" in repair.engine_check["requires"]
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--tensor-parallel-size", "2"], "--tensor-parallel-size 2"),
+        (["-tp", "4"], "--tensor-parallel-size 4"),
+        (["--pipeline-parallel-size", "2"], "--pipeline-parallel-size 2"),
+        (["--enable-prefix-caching"], "--enable-prefix-caching"),
+    ],
+)
+def test_qwen35_on_more_than_one_device_or_with_a_prefix_cache_fails_before_the_start(tmp_path, args, said):
+    """The backport refuses these when the engine builds it; doctor and the preflight say so first."""
+    from common.facts import gather_facts
+    from common.modeldir import ModelDir
+    from common.rules import Context, r10_backport
+    from common.vllm_args import UserArgs
+
+    model = ModelDir(str(model_dir(tmp_path / "m", {"config.json": QWEN35})))
+    ctx = Context(model=model, profile=Profile(profile_data("iluvatar-bi100")), facts=gather_facts(model), user=UserArgs(args), env={})
+    outcome = r10_backport.RULE.check(ctx)
+    [finding] = outcome.findings
+    assert outcome.repairs == [] and finding.severity == "error" and said in finding.message, finding.message
+    ctx.user = UserArgs(["--tensor-parallel-size", "1"])
+    assert [r.code for r in r10_backport.RULE.check(ctx).repairs] == ["R10"]
