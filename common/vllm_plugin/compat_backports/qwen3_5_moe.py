@@ -15,39 +15,28 @@ from typing import Iterable, Optional, Tuple
 import torch
 from torch import nn
 from vllm.config import CacheConfig
-from vllm.model_executor.layers.fused_moe import FusedMoE
 from vllm.model_executor.layers.linear import ReplicatedLinear
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
 from .qwen3 import Qwen3MLP
 from .qwen3_5 import Qwen3_5DecoderLayer, Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3_5Model
-from .qwen3_moe import expert_tensors
+from .qwen3_moe import Qwen3MoeSparseBlock, expert_tensors
 
 
-class Qwen3_5MoeSparseBlock(nn.Module):
+class Qwen3_5MoeSparseBlock(Qwen3MoeSparseBlock):
+    """Qwen3-MoE's router and routed experts (always renormalised) plus the gated shared expert."""
+
     def __init__(self, config, quant_config: Optional[QuantizationConfig] = None) -> None:
-        super().__init__()
-        # The router and the shared expert's gate stay unquantized and whole on every rank.
-        self.gate = ReplicatedLinear(config.hidden_size, config.num_experts, bias=False, quant_config=None)
-        self.experts = FusedMoE(
-            num_experts=config.num_experts,
-            top_k=config.num_experts_per_tok,
-            hidden_size=config.hidden_size,
-            intermediate_size=config.moe_intermediate_size,
-            reduce_results=True,
-            renormalize=True,
-            quant_config=quant_config,
-        )
+        super().__init__(config, quant_config, renormalize=True)
         self.shared_expert = Qwen3MLP(config.hidden_size, config.shared_expert_intermediate_size, config.hidden_act, quant_config)
+        # The shared expert's gate stays unquantized and whole on every rank, as the router.
         self.shared_expert_gate = ReplicatedLinear(config.hidden_size, 1, bias=False, quant_config=None)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        shape = hidden_states.shape
-        hidden_states = hidden_states.view(-1, shape[-1])
-        router_logits, _ = self.gate(hidden_states)
-        routed = self.experts(hidden_states=hidden_states, router_logits=router_logits)
-        gate, _ = self.shared_expert_gate(hidden_states)
-        return (routed + torch.sigmoid(gate) * self.shared_expert(hidden_states)).view(shape)
+        flat = hidden_states.view(-1, hidden_states.shape[-1])
+        gate, _ = self.shared_expert_gate(flat)
+        shared = torch.sigmoid(gate) * self.shared_expert(flat)
+        return super().forward(hidden_states) + shared.view(hidden_states.shape)
 
 
 class Qwen3_5MoeModel(Qwen3_5Model):

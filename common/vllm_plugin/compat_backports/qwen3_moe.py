@@ -30,7 +30,10 @@ from .qwen3 import Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3Model
 
 
 class Qwen3MoeSparseBlock(nn.Module):
-    def __init__(self, config, quant_config: Optional[QuantizationConfig] = None) -> None:
+    """`renormalize`: whether the picked experts' weights are renormalised (Qwen3-MoE: its
+    config's norm_topk_prob; Qwen3.5's MoE always does)."""
+
+    def __init__(self, config, quant_config: Optional[QuantizationConfig] = None, renormalize: Optional[bool] = None) -> None:
         super().__init__()
         if config.hidden_act != "silu":
             raise ValueError(f"Qwen3-MoE backport: unsupported activation {config.hidden_act!r}; only silu")
@@ -42,7 +45,7 @@ class Qwen3MoeSparseBlock(nn.Module):
             hidden_size=config.hidden_size,
             intermediate_size=config.moe_intermediate_size,
             reduce_results=True,
-            renormalize=bool(getattr(config, "norm_topk_prob", False)),
+            renormalize=bool(getattr(config, "norm_topk_prob", False)) if renormalize is None else renormalize,
             quant_config=quant_config,
         )
 
