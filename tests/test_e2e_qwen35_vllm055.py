@@ -18,6 +18,7 @@ one and recomputes it from its tokens later (its state is cleared and rebuilt, n
    (R12), and --enforce-eager.
 """
 
+import hashlib
 import json
 import os
 import random
@@ -82,6 +83,10 @@ def author(model, prompts) -> List[List[int]]:
     return json.loads(line[len("AUTHOR ") :])
 
 
+def digest(model: Path) -> Dict[str, str]:
+    return {str(p.relative_to(model)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(model.rglob("*")) if p.is_file()}
+
+
 def run_common(*args: str, work: Path) -> subprocess.CompletedProcess:
     env = dict(ENGINE.env(), COMPAT_ENGINE_PYTHON=str(ENGINE.python), COMPAT_WORK_DIR=str(work))
     return subprocess.run([str(ENGINE.python), "-m", "common", *args], cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300)
@@ -95,6 +100,7 @@ def test_vanilla_refuses_the_model(model, server):
 
 
 def test_launcher_serves_the_authors_tokens_however_the_engine_batches(model, prompts, author, tmp_path, launched):
+    before = digest(model)
     srv, report = launched(ENGINE, CARD, model, tmp_path / "work", *GREEDY, *TIGHT)
     codes = [r["code"] for r in report["repairs"]]
     assert {"R10", "R12"} <= set(codes) and all(r["verified"] for r in report["repairs"]), report
@@ -114,6 +120,7 @@ def test_launcher_serves_the_authors_tokens_however_the_engine_batches(model, pr
     expected: Dict[str, List[List[int]]] = {"alone": author, "pair": [author[2], author[3]], "crowd": author}
     assert {"alone": alone, "pair": pair, "crowd": crowd} == expected
     assert "preempted by PreemptionMode.RECOMPUTE" in srv.log(), "no preemption happened: the test did not test recomputation"
+    assert digest(model) == before  # the model directory is never written
 
 
 def test_doctor_says_it_starts_with_the_backport(model, tmp_path):
