@@ -141,3 +141,63 @@ TP_CANDIDATES = (1, 2, 4, 8, 16, 32)
 # Tensors of these names load on the first pipeline stage (embeddings, vision towers); any
 # other tensor outside the decoder layers loads on the last (final norm, LM head).
 FIRST_STAGE_MARKERS = ("embed", "wte", "wpe", "vision", "visual", "image", "mm_projector", "multi_modal")
+
+# -- the estimate from config.json (common/weight_estimate.py), for a directory of no weights --
+
+ESTIMATE_SOURCE = "estimated from config.json"
+# Config keys of what the estimate reads, in the engines' order of precedence (beside the keys above).
+EXPERT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts")
+SHARED_EXPERTS_KEYS = ("n_shared_experts", "num_shared_experts")  # shared experts of the routed width
+SHARED_FFN_KEYS = ("shared_expert_intermediate_size",)  # one shared expert of its own width, sigmoid-gated
+VISION_CONFIG_KEYS = ("vision_config", "vision_tower_config", "visual")
+VISION_HIDDEN_KEYS = ("hidden_size", "embed_dim", "width")
+VISION_DEPTH_KEYS = ("depth", "num_hidden_layers", "num_layers", "layers")
+VISION_FFN_KEYS = ("intermediate_size", "mlp_dim")
+# Which decoder layers hold experts: the first k dense (DeepSeek), every n-th from the first k
+# (DeepSeek's moe_layer_freq: i % n == 0), every n-th counted from one (Qwen-MoE's
+# decoder_sparse_step, Llama 4's interleave_moe_layer_step: (i + 1) % n == 0), a list of dense ones.
+FIRST_DENSE_KEYS = ("first_k_dense_replace",)
+MOE_FREQ_KEYS = ("moe_layer_freq",)
+SPARSE_STEP_KEYS = ("decoder_sparse_step", "interleave_moe_layer_step")
+DENSE_LAYERS_KEYS = ("mlp_only_layers",)
+# Families whose MLP is two matrices (up, down), not the gated three; their width is 4 x hidden
+# where the config leaves it unset (GPT-2's n_inner: null).
+UNGATED_MLP_TYPES = FALCON_TYPES | {"gpt2", "gpt_bigcode", "gpt_neox", "gptj", "bloom", "opt", "phi", "starcoder2", "mpt", "codegen"}
+# Families whose input embedding doubles as the LM head when config.json does not say
+# (tie_word_embeddings defaults to true in their config classes).
+TIED_BY_DEFAULT_TYPES = frozenset(("gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "gpt_bigcode", "gptj", "bloom", "opt", "phi"))
+# Families with biases on q, k and v (attention_bias: true adds them on o as well).
+QKV_BIAS_TYPES = frozenset(("qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "qwen2_vl_text", "qwen2_5_vl_text"))
+# Families whose full-attention query projection also yields a sigmoid output gate (twice the width).
+GATED_QUERY_TYPES = frozenset(("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"))
+# Norms of one decoder layer, where a family has more than the two (before attention and MLP).
+NORMS_PER_LAYER = {"gemma2": 4, "gemma3": 4, "gemma3_text": 4, "olmo2": 2, "cohere": 1, "cohere2": 1}
+DEFAULT_NORMS_PER_LAYER = 2
+# Families whose router has a per-expert score correction bias (DeepSeek-V3's noaux_tc top-k).
+ROUTER_BIAS_TYPES = frozenset(("deepseek_v3", "kimi_k2"))
+# Bounds past which a config value is a corrupt one, not a model (the largest published are far below).
+ESTIMATE_MAX = {"dimension": 1 << 20, "vocab": 1 << 24, "layers": 1 << 12, "experts": 1 << 14, "bits": 64, "group": 1 << 20}
+# quantization_config's quant_method -> how its weights are stored: "float8" (one byte a weight,
+# float32 scales per block or per tensor), "int_groups" (packed integers with float16 scales and
+# packed zeros per group; GPTQ also a g_idx), "bitsandbytes", "compressed" (compressed-tensors'
+# config_groups), "mxfp4" (experts in 4 bits with a one-byte scale per 32).
+QUANT_METHOD_FORMATS = {
+    "fp8": "float8",
+    "fbgemm_fp8": "float8",
+    "ptpc_fp8": "float8",
+    "gptq": "int_groups",
+    "gptq_marlin": "int_groups",
+    "awq": "int_groups",
+    "awq_marlin": "int_groups",
+    "bitsandbytes": "bitsandbytes",
+    "compressed-tensors": "compressed",
+    "compressed_tensors": "compressed",
+    "mxfp4": "mxfp4",
+}
+QUANT_BITS_KEYS = ("bits", "w_bit", "weight_bits", "num_bits")
+QUANT_GROUP_KEYS = ("group_size", "q_group_size")
+# The storage of int_groups scales (float16) and of float8 / compressed block and channel scales (float32).
+GROUP_SCALE_BYTES = 2
+BLOCK_SCALE_BYTES = 4
+BNB_BLOCK = 64  # bitsandbytes' 4-bit blocks, each with a float32 absmax
+MXFP4_BLOCK = 32

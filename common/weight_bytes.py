@@ -48,10 +48,12 @@ KEEP_DTYPE = re.compile("|".join(KEEP_DTYPE_MARKERS), re.IGNORECASE)
 
 class Weights:
     """The served bytes of a checkpoint: per decoder layer, and outside them on the first and
-    the last pipeline stage. `source` says what was read."""
+    the last pipeline stage. `source` says what was read; `estimated`: from config.json's
+    shapes, not the checkpoint's (common/weight_estimate.py)."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, estimated: bool = False) -> None:
         self.source = source
+        self.estimated = estimated
         self.layers: Dict[int, int] = {}
         self.first = 0
         self.last = 0

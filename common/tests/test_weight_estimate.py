@@ -1,0 +1,173 @@
+"""Memory without weights: a directory of config.json and tokenizer only (what users look at before
+they download) has its weights estimated from config.json's shapes (common/weight_estimate.py),
+held against the exact figure the safetensors headers of the same config give."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from common.memory_fit import assess
+from common.modeldir import ModelDir
+from common.profile import load_profile
+from common.vllm_args import UserArgs
+from common.weight_bytes import read_weights
+from common.weight_estimate import estimate_weights
+from tests.fixtures.shapes import DEEPSEEK_V3, LLAMA_31_8B, MIXTRAL_8X7B, QWEN25_7B, SHAPES, TINY, write_model
+
+
+GIB = 1 << 30
+ESTIMATED = "estimated from config.json"
+# Qwen2.5-32B's published shapes (32.8B parameters, 61 GiB in bfloat16).
+QWEN25_32B = dict(QWEN25_7B, hidden_size=5120, intermediate_size=27648, num_attention_heads=40, num_key_value_heads=8, num_hidden_layers=64)
+
+
+@pytest.fixture(scope="module")
+def headers(tmp_path_factory):
+    """name -> (a model of SHAPES with its safetensors headers, the same config.json alone)."""
+    base = tmp_path_factory.mktemp("estimate")
+    made = {}
+    for name, config in SHAPES.items():
+        bare = base / "bare" / name
+        bare.mkdir(parents=True)
+        (bare / "config.json").write_text(json.dumps(config))
+        made[name] = (write_model(base / "full" / name, config), bare)
+    return made
+
+
+def bare_model(path: Path, config: dict) -> Path:
+    """config.json and a tokenizer, no weights: how a model looks before its download."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config))
+    (path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    return path
+
+
+def judged(model: Path, card: str, args, env=None):
+    return assess(ModelDir(str(model)), load_profile(card), UserArgs(args), env or {})
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_the_estimate_is_within_2_percent_of_the_headers_on_every_shape(headers, name):
+    """Dense, GQA, biases, MoE, MLA with FP8 blocks: total, per decoder layer, first and last stage."""
+    full, _ = headers[name]
+    config = SHAPES[name]
+    exact = read_weights(ModelDir(str(full)), config)
+    estimate, why = estimate_weights(config)
+    assert estimate is not None, why
+    assert estimate.source == ESTIMATED and estimate.estimated and not exact.estimated
+    assert abs(estimate.total - exact.total) <= 0.02 * exact.total, (estimate.total, exact.total)
+    assert sorted(estimate.layers) == sorted(exact.layers)
+    for layer, size in exact.layers.items():
+        assert abs(estimate.layers[layer] - size) <= 0.02 * size, (layer, estimate.layers[layer], size)
+    assert abs(estimate.first - exact.first) <= 0.02 * exact.first and abs(estimate.last - exact.last) <= 0.02 * exact.last
+    # The same split across ranks and stages as from headers.
+    for tp, stages in ((8, [(0, len(exact.layers))]), (2, [(0, 10), (10, len(exact.layers))])):
+        for got, want in zip(estimate.per_device(tp, stages), exact.per_device(tp, stages), strict=True):
+            assert abs(got - want) <= 0.02 * want
+
+
+def test_what_the_estimate_reads_beyond_the_fixture_shapes():
+    """Tied embeddings, a nested text_config with its vision tower, Qwen-MoE's sparse step and
+    gated shared expert, linear-attention layers, quantized checkpoints, --dtype and online
+    --quantization."""
+    base = estimate_weights(LLAMA_31_8B)[0]
+    tied = estimate_weights(dict(LLAMA_31_8B, tie_word_embeddings=True))[0]
+    assert base.total - tied.total == 128256 * 4096 * 2 and tied.last == 4096 * 2
+    assert estimate_weights(LLAMA_31_8B, dtype_arg="float32")[0].total == 2 * base.total
+    fp8 = estimate_weights(LLAMA_31_8B, quantization="fp8")[0]
+    assert fp8.first == base.first and 0.5 < fp8.layers[0] / base.layers[0] < 0.51
+    # A VLM: the language model of text_config, the vision tower on the first stage.
+    vision = {"depth": 32, "hidden_size": 1280, "intermediate_size": 5120}
+    vlm = {"model_type": "qwen2_vl", "text_config": dict(QWEN25_7B, model_type="qwen2_vl_text"), "torch_dtype": "bfloat16"}
+    text_only = estimate_weights(vlm)[0]
+    assert text_only.total == estimate_weights(QWEN25_7B)[0].total
+    with_tower = estimate_weights(dict(vlm, vision_config=vision))[0]
+    assert with_tower.first - text_only.first == 32 * (4 * 1280 * 1280 + 2 * 1280 * 5120 + 4 * 1280) * 2
+    assert any("vision tower is estimated" in note for note in with_tower.problems)
+    unsized = estimate_weights(dict(vlm, vision_config={"model_type": "siglip"}))[0]
+    assert unsized.total == text_only.total and any("not counted" in note for note in unsized.problems)
+    # Qwen2-MoE: every second layer sparse, one layer listed dense, a gated shared expert.
+    moe = dict(QWEN25_7B, model_type="qwen2_moe", num_experts=8, moe_intermediate_size=512, decoder_sparse_step=2, mlp_only_layers=[3])
+    moe = dict(moe, shared_expert_intermediate_size=1024, num_hidden_layers=4)
+    got = estimate_weights(moe)[0]
+    dense = estimate_weights(dict(moe, num_experts=0))[0]
+    assert got.layers[0] == got.layers[2] == dense.layers[0] and got.layers[3] == dense.layers[3]
+    experts = 8 * 3 * 3584 * 512 + 8 * 3584 + 3 * 3584 * 1024 + 3584
+    assert got.layers[1] - dense.layers[1] == (experts - 3 * 3584 * 18944) * 2
+    # Qwen3.5-MoE-like: linear-attention layers sized, every layer sparse, no intermediate_size.
+    qwen35 = {
+        "model_type": "qwen3_5_moe",
+        "text_config": {
+            "model_type": "qwen3_5_moe_text",
+            "hidden_size": 2048,
+            "num_hidden_layers": 40,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 2,
+            "head_dim": 256,
+            "full_attention_interval": 4,
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 32,
+            "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128,
+            "linear_conv_kernel_dim": 4,
+            "num_experts": 256,
+            "moe_intermediate_size": 512,
+            "shared_expert_intermediate_size": 512,
+            "vocab_size": 248320,
+            "tie_word_embeddings": False,
+        },
+        "torch_dtype": "bfloat16",
+    }
+    a3b, why = estimate_weights(qwen35)
+    assert a3b is not None, why
+    assert 33 < a3b.total / 2 / 1e9 < 36 and a3b.layers[0] != a3b.layers[3]  # a 35B-A3B
+    # Quantized checkpoints: GPTQ's 4 bits with their group scales, bitsandbytes, MXFP4 experts.
+    gptq = estimate_weights(dict(LLAMA_31_8B, quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 128}))[0]
+    assert 0.25 < gptq.layers[0] / base.layers[0] < 0.27 and gptq.first == base.first
+    bnb = estimate_weights(dict(LLAMA_31_8B, quantization_config={"quant_method": "bitsandbytes", "load_in_4bit": True}))[0]
+    assert 0.28 < bnb.layers[0] / base.layers[0] < 0.29
+    mx = estimate_weights(dict(MIXTRAL_8X7B, quantization_config={"quant_method": "mxfp4"}))[0]
+    full = estimate_weights(MIXTRAL_8X7B)[0]
+    assert 0.27 < mx.layers[0] / full.layers[0] < 0.29
+    # DeepSeek-V3 without its FP8: every weight at two bytes, about twice the FP8 checkpoint.
+    bf16 = estimate_weights({k: v for k, v in DEEPSEEK_V3.items() if k != "quantization_config"})[0]
+    assert 1.9 < bf16.total / estimate_weights(DEEPSEEK_V3)[0].total < 2.0
+
+
+BAD_VALUES = ("4096", -1, 0, True, 4096.5, 10**30, [4096], {"a": 1}, None)
+
+
+def test_a_malformed_config_is_not_judged_and_says_why():
+    """Strings, negatives, bools, huge numbers, missing keys: no estimate, a reason, never an exception."""
+    cases = {
+        "hidden_size": "4096",
+        "num_hidden_layers": -3,
+        "vocab_size": True,
+        "intermediate_size": 10**30,
+        "num_attention_heads": None,
+        "tie_word_embeddings": "false",
+        "quantization_config": "fp8",
+    }
+    for key, value in cases.items():
+        config = dict(LLAMA_31_8B, **{key: value})
+        weights, why = estimate_weights(config)
+        assert weights is None and why, (key, value)
+        assert key in why or "head size" in why or "quantization_config" in why, (key, why)
+    missing = {k: v for k, v in LLAMA_31_8B.items() if k != "vocab_size"}
+    assert "vocab_size" in estimate_weights(missing)[1]
+    assert estimate_weights({})[1] and estimate_weights([])[1]  # type: ignore[arg-type]
+    # Every key of each shape, and of nested and quantized ones, spoiled in every way: a reason or an estimate, never a raise.
+    qwen_moe = dict(QWEN25_7B, model_type="qwen2_moe", num_experts=8, moe_intermediate_size=512, mlp_only_layers=[1])
+    gptq = dict(LLAMA_31_8B, quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 128})
+    vlm = {"model_type": "llava", "text_config": dict(TINY), "vision_config": {"hidden_size": 64, "num_hidden_layers": 2}}
+    for config in [*SHAPES.values(), qwen_moe, gptq, vlm]:
+        for key in config:
+            for bad in BAD_VALUES:
+                weights, why = estimate_weights(dict(config, **{key: bad}))
+                assert (weights is None) == bool(why), (key, bad)
+        for sub in ("quantization_config", "text_config", "vision_config"):
+            for key in config.get(sub) or {}:
+                for bad in BAD_VALUES:
+                    weights, why = estimate_weights(dict(config, **{sub: dict(config[sub], **{key: bad})}))
+                    assert (weights is None) == bool(why), (sub, key, bad)
