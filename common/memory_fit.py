@@ -8,7 +8,9 @@ are captured after the KV cache is allocated and come out of the share the utili
 A fixed KV space (vLLM 0.11's --kv-cache-memory-bytes; the CPU builds' VLLM_CPU_KVCACHE_SPACE)
 replaces that arithmetic. What one request of --max-model-len then needs, and when the engine
 refuses it, is the engine's own rule (common/kv_cache.py). Weights come from the safetensors
-headers (common/weight_bytes.py).
+headers (common/weight_bytes.py); a directory of no weight files (config and tokenizer only, as
+users look before they download) has them estimated from config.json's shapes
+(common/weight_estimate.py), and says so.
 
 With the platform's arguments the start they describe is judged (tensor and pipeline parallel
 sizes, --max-model-len, --gpu-memory-utilization, --dtype, --kv-cache-dtype, --quantization,
@@ -171,6 +173,8 @@ class Assessment:
         if self.weights is not None:
             data["weights_gib"] = gib(self.weights.total)
             data["weights_source"] = self.weights.source
+            if self.weights.estimated:
+                data["estimated"] = True  # no weight files: the weights from config.json's shapes
         judged, device = self.judged, self.device
         if judged is not None and device is not None:
             data.update(
@@ -226,8 +230,12 @@ def assess(
     config = dict(model.json_object("config.json"), **(config_edits or {}))
     out.weights = read_weights(model, config, req.dtype, req.quantization)
     if out.weights is None:
-        out.reason = "no weight files (metadata only)"
-        return out
+        from .weight_estimate import estimate_weights
+
+        out.weights, why = estimate_weights(config, req.dtype, req.quantization)
+        if out.weights is None:
+            out.reason = f"no weight files (metadata only), and no estimate from config.json: {why}"
+            return out
     out.lay = layout(config, facts, req.disable_window, env)
     rules = profile.max_model_len
     derived = derived_length(config, rules, req.disable_window)[0] if rules else None
@@ -375,7 +383,8 @@ def summary(data: Dict[str, Any]) -> str:
     sizes = f"TP {data['tensor_parallel_size']}" + (
         f" x PP {data['pipeline_parallel_size']}" if data.get("pipeline_parallel_size", 1) > 1 else ""
     )
-    weights = f"{data['weights_gib']:.3g} GiB weights"
+    estimated = " estimated from config.json" if data.get("estimated") else ""
+    weights = f"{data['weights_gib']:.3g} GiB weights{estimated}"
     if data["fits"]:
         return f"fits on {sizes} of {node} ({weights}, max-model-len {length})"
     parts = []
@@ -385,4 +394,6 @@ def summary(data: Dict[str, Any]) -> str:
         parts.append(f"TP {data['smallest_tp']} holds {length}")
     if not parts:
         parts.append(f"no TP of a node of {node} holds it ({weights})")
+    elif estimated:
+        parts.append(weights)
     return f"{data['code']}: " + "; ".join(parts)

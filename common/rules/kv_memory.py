@@ -8,7 +8,8 @@ tokens it refuses to start: "The model's max seq len (131072) is larger than the
 of tokens that can be stored in KV cache" (vLLM 0.5.5), "... KV cache is needed, which is larger
 than the available KV cache memory" (0.11). A Llama-3.1-8B holds 16 GB of weights and needs
 16 GiB for one sequence of its 131072 positions: one 32 GB BI-100 cannot hold both. doctor reads
-the weights from the safetensors headers (never the weights), the KV cache per token from
+the weights from the safetensors headers (never the weights; a directory of no weight files has
+them estimated from config.json's shapes, and says so), the KV cache per token from
 config.json (GQA, MLA's latent, windowed and linear-attention layers), the card's device
 memory and node (card.toml [device]; COMPAT_DEVICE_MEMORY_GIB and COMPAT_DEVICES_PER_NODE
 override them) and the engine's own KV check and defaults (profile fact `memory`, read from its
@@ -69,7 +70,7 @@ class KvMemory(Rule):
     def _fits_on(self, result: Assessment, data: Dict[str, Any]) -> str:
         per = data["per_device"]
         return (
-            f"the weights ({data['weights_gib']:.1f} GiB) and one request of {data['max_model_len']} tokens "
+            f"the weights ({data['weights_gib']:.1f} GiB{_estimated(data)}) and one request of {data['max_model_len']} tokens "
             f"({per['kv_needed_gib']:.1f} GiB of KV cache per device) fit with --tensor-parallel-size {data['tensor_parallel_size']} "
             f"on a node of {data['devices_per_node']}; fewer devices cannot hold them"
         )
@@ -81,12 +82,12 @@ class KvMemory(Rule):
         if judged.code == "OOM":
             usable = f" of the {per['usable_gib']:.1f} GiB --gpu-memory-utilization {result.util:g} grants" if per.get("usable_gib") else ""
             return (
-                f"the weights take {per['weights_gib']:.1f} GiB per device {where}{usable} (total {data['weights_gib']:.1f} GiB): "
+                f"the weights take {per['weights_gib']:.1f} GiB per device {where}{usable} (total {data['weights_gib']:.1f} GiB{_estimated(data)}): "
                 f"no room is left for the KV cache, the engine stops out of memory"
             )
         return (
             f"one request of --max-model-len {judged.length} needs {per['kv_needed_gib']:.1f} GiB of KV cache per device {where}, "
-            f"and {per['kv_space_gib']:.1f} GiB is left beside {per['weights_gib']:.1f} GiB of weights: vLLM "
+            f"and {per['kv_space_gib']:.1f} GiB is left beside {per['weights_gib']:.1f} GiB of weights{_estimated(data)}: vLLM "
             f"{version} refuses to start (larger than the KV cache can store)"
         )
 
@@ -100,6 +101,10 @@ class KvMemory(Rule):
         if not parts:
             parts.append(f"no tensor-parallel size of a node of {node} holds it at --max-model-len {judged.length}")
         return "; ".join(parts)
+
+
+def _estimated(data: Dict[str, Any]) -> str:
+    return ", estimated from config.json: the directory holds no weight files" if data.get("estimated") else ""
 
 
 RULE = KvMemory()

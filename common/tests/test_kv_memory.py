@@ -79,7 +79,8 @@ def test_an_8b_fails_for_its_kv_cache_at_131072_on_one_bi100_and_fits_at_8192(sh
 
 
 def test_a_tiny_model_is_unchanged(shapes, tmp_path):
-    """Weights or none, a tiny model's plan is the same, and it fits one device of every card."""
+    """Weights or none, a tiny model's plan is the same, and it fits one device of every card
+    (with none, its weights estimated from config.json: the same bytes as its headers')."""
     with_weights = shapes("tiny", TINY)
     bare = tmp_path / "bare"
     bare.mkdir()
@@ -89,7 +90,9 @@ def test_a_tiny_model_is_unchanged(shapes, tmp_path):
         assert found == [] and memory["fits"] is True and memory["smallest_tp"] == 1
         assert findings(with_weights, card, ["--max-model-len", "512"])[0] == []
         found, memory = findings(bare, card, [])
-        assert found == [] and memory == {"fits": None, "code": None, "reason": "no weight files (metadata only)"}
+        headers = findings(with_weights, card, [])[1]
+        assert found == [] and memory["fits"] is True and memory["estimated"] is True and "estimated" not in headers
+        assert memory["weights_source"] == "estimated from config.json" and memory["weights_gib"] == headers["weights_gib"]
 
 
 def test_without_arguments_doctor_names_the_smallest_tensor_parallel_size_of_a_node(shapes):

@@ -1,13 +1,15 @@
 """Memory without weights: a directory of config.json and tokenizer only (what users look at before
 they download) has its weights estimated from config.json's shapes (common/weight_estimate.py),
-held against the exact figure the safetensors headers of the same config give."""
+held against the exact figure the safetensors headers of the same config give, and judged by
+doctor's memory check as weights from headers are, saying "estimated"."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from common.memory_fit import assess
+from common.memory_fit import assess, summary
 from common.modeldir import ModelDir
 from common.profile import load_profile
 from common.vllm_args import UserArgs
@@ -15,6 +17,7 @@ from common.weight_bytes import read_weights
 from common.weight_estimate import estimate_weights
 from tests.fixtures.shapes import DEEPSEEK_V3, LLAMA_31_8B, MIXTRAL_8X7B, QWEN25_7B, SHAPES, TINY, write_model
 
+from .helpers import run_common
 
 GIB = 1 << 30
 ESTIMATED = "estimated from config.json"
@@ -65,6 +68,51 @@ def test_the_estimate_is_within_2_percent_of_the_headers_on_every_shape(headers,
     for tp, stages in ((8, [(0, len(exact.layers))]), (2, [(0, 10), (10, len(exact.layers))])):
         for got, want in zip(estimate.per_device(tp, stages), exact.per_device(tp, stages), strict=True):
             assert abs(got - want) <= 0.02 * want
+
+
+@pytest.mark.parametrize("card", ["iluvatar-bi100", "nv-a100"])
+def test_the_judgement_from_the_estimate_is_the_one_from_the_headers(headers, card):
+    """OOM, KV and the smallest tensor-parallel size, from config.json alone, as from the headers."""
+    for name, (full, bare) in headers.items():
+        for args in ([], ["--max-model-len", "8192"], ["-tp", "2", "--max-model-len", "131072"]):
+            exact, estimate = judged(full, card, args), judged(bare, card, args)
+            assert estimate.weights.estimated and estimate.to_json()["estimated"] is True
+            assert (estimate.fits, estimate.judged.code, estimate.smallest_tp) == (exact.fits, exact.judged.code, exact.smallest_tp), (
+                name,
+                args,
+            )
+            assert "estimated" not in exact.to_json()
+
+
+def test_a_metadata_only_32b_does_not_start_on_one_bi100_and_doctor_names_four(tmp_path, env_for_tests):
+    """Qwen2.5-32B before its 61 GiB download: one 32 GiB BI-100 cannot hold its weights; two
+    cannot either (30.5 GiB a rank, of the 28.8 the utilization grants); four can."""
+    model = bare_model(tmp_path / "qwen2.5-32b", QWEN25_32B)
+    card = "iluvatar-bi100"
+    assert load_profile(card).device["memory_gib"] == 32 and load_profile(card).device["per_node"] == 8
+    one = judged(model, card, ["--tensor-parallel-size", "1"])
+    assert one.fits is False and one.judged.code == "OOM" and one.smallest_tp == 4
+    assert 60 < one.weights.total / GIB < 62 and one.weights.source == ESTIMATED
+    assert judged(model, card, ["--tensor-parallel-size", "2"]).judged.code == "OOM"
+    assert judged(model, card, ["--tensor-parallel-size", "4"]).fits is True
+    line = summary(one.to_json())
+    assert line.startswith("OOM: TP 4 holds") and "estimated from config.json" in line
+    # doctor: the start fails with OOM, naming the tensor-parallel size that holds it.
+    proc = run_common(["doctor", str(model), "--card", card, "--json", "--", "--tensor-parallel-size", "1"], env_for_tests)
+    data = json.loads(proc.stdout)
+    memory = data["memory"]
+    assert data["verdict"] == "fails" and "OOM" in data["failing"], data["findings"]
+    assert memory["fits"] is False and memory["code"] == "OOM" and memory["smallest_tp"] == 4
+    assert memory["estimated"] is True and memory["weights_source"] == ESTIMATED and 60 < memory["weights_gib"] < 62
+    [oom] = [f for f in data["findings"] if f["code"] == "OOM"]
+    assert "--tensor-parallel-size 4 on a node of 8" in oom["message"] and "estimated from config.json" in oom["message"]
+    proc = run_common(["doctor", str(model), "--card", card, "--", "--tensor-parallel-size", "1"], env_for_tests)
+    assert proc.returncode == 1 and "memory: OOM: TP 4 holds" in proc.stdout and "estimated from config.json" in proc.stdout
+    # Without the platform's arguments: the smallest tensor-parallel size of the node, said as estimated.
+    data = json.loads(run_common(["doctor", str(model), "--card", card, "--json"], env_for_tests).stdout)
+    assert data["memory"]["tensor_parallel_size"] == 4 and data["memory"]["estimated"] is True
+    # Red line 1: the model directory is never written.
+    assert sorted(os.listdir(model)) == ["config.json", "tokenizer_config.json"]
 
 
 def test_what_the_estimate_reads_beyond_the_fixture_shapes():
@@ -138,7 +186,7 @@ def test_what_the_estimate_reads_beyond_the_fixture_shapes():
 BAD_VALUES = ("4096", -1, 0, True, 4096.5, 10**30, [4096], {"a": 1}, None)
 
 
-def test_a_malformed_config_is_not_judged_and_says_why():
+def test_a_malformed_config_is_not_judged_and_says_why(tmp_path):
     """Strings, negatives, bools, huge numbers, missing keys: no estimate, a reason, never an exception."""
     cases = {
         "hidden_size": "4096",
@@ -154,6 +202,10 @@ def test_a_malformed_config_is_not_judged_and_says_why():
         weights, why = estimate_weights(config)
         assert weights is None and why, (key, value)
         assert key in why or "head size" in why or "quantization_config" in why, (key, why)
+        model = bare_model(tmp_path / key, config)
+        got = judged(model, "iluvatar-bi100", ["--max-model-len", "8192"])
+        assert got.fits is None and got.reason.startswith("no weight files (metadata only), and no estimate from config.json: ")
+        assert summary(got.to_json()).startswith("not judged (no weight files")
     missing = {k: v for k, v in LLAMA_31_8B.items() if k != "vocab_size"}
     assert "vocab_size" in estimate_weights(missing)[1]
     assert estimate_weights({})[1] and estimate_weights([])[1]  # type: ignore[arg-type]
