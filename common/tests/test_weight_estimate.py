@@ -115,6 +115,27 @@ def test_a_metadata_only_32b_does_not_start_on_one_bi100_and_doctor_names_four(t
     assert sorted(os.listdir(model)) == ["config.json", "tokenizer_config.json"]
 
 
+def test_an_index_without_its_files_is_metadata_only_too(tmp_path):
+    """`download --include "*.json"` brings the shards' index and none of the shards: estimated,
+    not weights of 0 bytes; one shard present is a checkpoint (counted by its headers)."""
+    model = write_model(tmp_path / "8b", LLAMA_31_8B)
+    exact = judged(model, "nv-a100", [])
+    shards = sorted(model.glob("*.safetensors"))
+    for shard in shards[1:]:
+        shard.unlink()
+    partial = judged(model, "nv-a100", [])
+    assert not partial.weights.estimated and partial.weights.total < exact.weights.total
+    shards[0].unlink()
+    assert (model / "model.safetensors.index.json").exists()
+    got = judged(model, "nv-a100", [])
+    assert got.weights.estimated and got.weights.total == exact.weights.total and got.fits is True
+    bins = tmp_path / "bin"
+    bins.mkdir()
+    (bins / "config.json").write_text(json.dumps(LLAMA_31_8B))
+    (bins / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": {"lm_head.weight": "pytorch_model-00001-of-00002.bin"}}))
+    assert judged(bins, "nv-a100", []).weights.estimated
+
+
 def test_what_the_estimate_reads_beyond_the_fixture_shapes():
     """Tied embeddings, a nested text_config with its vision tower, Qwen-MoE's sparse step and
     gated shared expert, linear-attention layers, quantized checkpoints, --dtype and online
