@@ -110,13 +110,15 @@ def model_dtype_bytes(config: Dict[str, Any], dtype_arg: Optional[str]) -> int:
 def read_weights(
     model: ModelDir, config: Dict[str, Any], dtype_arg: Optional[str] = None, quantization: Optional[str] = None
 ) -> Optional[Weights]:
-    """The served bytes of the model's weights, or None when it holds no weight files (an index
-    whose files are all absent, as the metadata of a model not yet downloaded, holds none)."""
+    """The served bytes of the model's weights, or None when it holds no weight files. An index
+    whose files are absent, all or some (the metadata of a model not yet downloaded, or one half
+    downloaded), counts as none: its missing shards would count 0 bytes and promise a fit the
+    checkpoint does not have; the caller estimates from config.json instead."""
     served = model_dtype_bytes(config, dtype_arg)
     online = None if config.get("quantization_config") else (quantization or "").lower() or None
     online = online if online in ONLINE_QUANT_BITS else None
     files, source = _safetensors_files(model)
-    if not any(model.state(name).exists for name in files[:MAX_WEIGHT_FILES]):
+    if not files or not all(model.state(name).exists for name in files[:MAX_WEIGHT_FILES]):
         return _bin_weights(model, config, served)
     weights = Weights(source)
     for name in files[:MAX_WEIGHT_FILES]:
@@ -220,7 +222,7 @@ def _bin_weights(model: ModelDir, config: Dict[str, Any], served: int) -> Option
     else:
         names = [n for n in model.names() if n.endswith(".bin") and n not in NOT_WEIGHTS]
         names = names or [n for n in model.names() if n.endswith(".pt") and n not in NOT_WEIGHTS]
-    if not any(model.state(name).exists for name in names):
+    if not names or not all(model.state(name).exists for name in names):  # half a download: estimated, as above
         return None
     stored = served_bytes(config.get("torch_dtype", config.get("dtype"))) or served
     weights = Weights(f"the sizes of {len(names)} .bin/.pt files")
