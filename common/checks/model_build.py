@@ -16,8 +16,10 @@ leave out). Here the engine does what its model loader does, short of weights an
      is given (the model, or the model view doctor made);
   3. the model class the engine's registry resolves (get_model_architecture) is constructed as
      its DefaultModelLoader constructs it (the engine's set_default_torch_dtype, and on 0.6.4+ its
-     initialize_model inside set_current_vllm_config), with torch.device("meta") as the default
-     device: every parameter gets its shape, none gets memory, nothing is read from the weights.
+     initialize_model inside set_current_vllm_config), its weights on the meta device (a torch
+     function mode sends every large tensor there, small ones to the CPU so that the model code
+     can compute with them, and a "cuda" the code names to either): every weight gets its shape,
+     none gets memory, nothing is read from the weight files.
 
 The distributed state is one process (gloo, world size 1), made once. A tensor-parallel size N
 is given to the model code by setting the tensor-parallel group's world size to N while it is
@@ -27,10 +29,11 @@ CUDA's NCCL, and nothing is computed that would need the other ranks). Pipeline 
 not faked: the model is built whole.
 
 The attention kernels are the card's, not the CPU build's: the CPU platform refuses to pick a
-backend for MLA on 0.11, or for sliding windows there once its CPU-only fallback to V0 is taken,
-and its backends refuse soft-capping. Such a refusal is noted in the answer and the CPU build's
-own backend stands in, so the model code around it is built all the same (H1 judges the card's
-kernels against its profile).
+backend for MLA on 0.11, and its backends refuse soft-capping. Such a refusal is noted in the
+answer and the CPU build's own backend stands in, so the model code around it is built all the
+same (H1 judges the card's kernels against its profile). Nor does 0.11 take its CPU-only way back
+from the V1 engine to V0 for sliding windows here (the card runs V1), and the registry inspects a
+model class in this process rather than in a child Python of its own (seconds per architecture).
 
 The answer says who refused. ok false: the exception was raised in the engine's model code
 (vllm/model_executor/models/ and layers/, the Attention layer, the divisibility check of
@@ -38,9 +41,13 @@ vllm/distributed/utils.py), in its config checks of the model at the parallel si
 (verify_with_parallel_config), or in the image's plugin (its backports and config classes), with
 the engine's exception type and message and the file:line of the raising frame (a pydantic
 ValidationError is unwrapped to what the engine raised). ok null ("cannot tell"): vLLM is not
-importable, the harness itself failed, or the failure came from a part of the engine the CPU
-build here runs differently from the card (the platform, quantization and fused-MoE kernels, the
+importable, the harness itself failed, a module failed to import (a package the CPU build here
+lacks, torchvision or a Triton that runs), or the failure came from a part of the engine the CPU
+build runs differently from the card (the platform, CUDA, quantization and fused-MoE kernels, the
 rest of its config checks), or from the meta device itself.
+
+Checked against the conformance matrix's tiny models (every case, every saver, each engine's
+platform arguments): no model whose greedy tokens the engine served exactly is refused.
 
 Standalone like engine_checks.py: no import of the runtime package.
 """
@@ -183,16 +190,91 @@ def _set_default_dtype(dtype):
     return set_default_torch_dtype(dtype)
 
 
-def _construct(config):
-    """(model class name, the model) as the engine's DefaultModelLoader constructs it, on meta."""
+# Tensors made while the model is built with at least this many elements (its weights) go to the
+# meta device, which gives them a shape and no memory; smaller ones (norms, ALiBi slopes, rotary
+# frequencies, scalars) are made on the CPU, where the model code can compute with them as it does
+# on the card (BLOOM's and MPT's ALiBi slopes go through .tolist(), which a meta tensor refuses).
+LARGE = 1 << 20
+
+
+def _is_accelerator(device):
+    """A device the card has and this CPU does not ("cuda", cuda:0, an index)."""
     import torch
 
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+        return False
+    try:
+        return torch.device(device).type not in ("cpu", "meta")
+    except (RuntimeError, ValueError, TypeError):
+        return False
+
+
+def _numel(func, args, kwargs):
+    """How many elements a tensor constructor call makes (0 when it cannot say: data given)."""
+    import torch
+
+    size = kwargs.get("size", args[0] if args else None)
+    if func in (torch.arange, torch.range):
+        numbers = [a for a in args if isinstance(a, (int, float))]
+        if len(numbers) == 1:
+            return int(numbers[0])
+        if len(numbers) >= 2:
+            step = numbers[2] if len(numbers) > 2 and numbers[2] else 1
+            return int(abs((numbers[1] - numbers[0]) / step))
+        return 0
+    if isinstance(size, (tuple, list, torch.Size)):
+        dims = list(size)
+    else:
+        dims = []
+        for arg in args:
+            if not isinstance(arg, int) or isinstance(arg, bool):
+                break
+            dims.append(arg)
+    total = 1
+    for dim in dims:
+        if not isinstance(dim, int):
+            return 0
+        total *= dim
+    return total if dims else 0
+
+
+def _device_mode():
+    """The default device while the model is built: the meta device for its weights, the CPU for
+    small tensors, and a device the card has ("cuda", which vLLM 0.5.5's DBRX and DeepSeek-V2 rope
+    name outright) taken as unnamed: this CPU has none."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._device import _device_constructors
+
+    constructors = _device_constructors()
+
+    class WeightsOnMeta(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if func in constructors:
+                device = kwargs.get("device")
+                if device is None or _is_accelerator(device):
+                    kwargs["device"] = "meta" if _numel(func, args, kwargs) >= LARGE else "cpu"
+            elif func is torch.Tensor.to:
+                args = args[:1] + tuple(a for a in args[1:] if not _is_accelerator(a))
+                if _is_accelerator(kwargs.get("device")):
+                    del kwargs["device"]
+            elif func is torch.Tensor.cuda:
+                return args[0]
+            return func(*args, **kwargs)
+
+    return WeightsOnMeta()
+
+
+def _construct(config):
+    """(model class name, the model) as the engine's DefaultModelLoader constructs it, its weights
+    on the meta device."""
     model_config = config.model_config
     try:
         from vllm.model_executor.model_loader.utils import initialize_model  # 0.6.4+: one VllmConfig
     except ImportError:
         initialize_model = None
-    with _set_default_dtype(model_config.dtype), torch.device("meta"):
+    with _set_default_dtype(model_config.dtype), _device_mode():
         if initialize_model is not None:
             with _set_current(config):
                 model = initialize_model(vllm_config=config, model_config=model_config)
@@ -201,6 +283,59 @@ def _construct(config):
 
             model = _initialize_model(model_config, config.load_config, config.lora_config, config.cache_config, config.scheduler_config)
     return type(model).__name__, model
+
+
+# What the registry's inspections of model classes raised in this process: vLLM logs it and says
+# only "failed to be inspected" (and, its inspection cached, says so again for the next model of
+# the architecture); the judgement is of what the last one raised.
+_INSPECTION_ERRORS = []
+
+
+def _inspect(fn):
+    try:
+        return fn()
+    except Exception as exc:
+        _INSPECTION_ERRORS.append(exc)
+        raise
+
+
+def _inspect_in_process():
+    """vLLM 0.6+ inspects a model class its registry has not seen on this machine in a child
+    Python (to keep CUDA out of the engine's own process), which imports vLLM again: seconds per
+    architecture. Here there is no CUDA to keep out and the class is built in this process anyway:
+    the inspection runs here (its result is cached on disk as vLLM caches it)."""
+    try:
+        from vllm.model_executor.models import registry
+    except ImportError:  # 0.5.x: no inspection
+        return
+    if callable(getattr(registry, "_run_in_subprocess", None)):
+        registry._run_in_subprocess = _inspect
+
+
+def _no_cpu_only_fallback():
+    """vLLM 0.11 gives up its V1 engine for V0 where a model has a sliding window and the platform
+    is the CPU (its CPU attention lacks windows), and V0 then refuses what V1 serves (prefix caching
+    with a window; the CPU platform has no V0 attention at all). The card runs V1: the platform is
+    not called the CPU while vLLM decides between them. Elsewhere (0.5.x, 0.12+) there is no such
+    choice."""
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.platforms import current_platform
+    except ImportError:
+        return
+    oracle = getattr(EngineArgs, "_is_v1_supported_oracle", None)
+    if not callable(oracle) or getattr(oracle, "compat_card", False):
+        return
+
+    def _is_v1_supported_oracle(self, model_config):
+        current_platform.is_cpu = lambda: False
+        try:
+            return oracle(self, model_config)
+        finally:
+            del current_platform.is_cpu  # the class's own again
+
+    _is_v1_supported_oracle.compat_card = True
+    EngineArgs._is_v1_supported_oracle = _is_v1_supported_oracle
 
 
 # ---- the attention backend: the card's, not the CPU build's -------------------------------------
@@ -305,26 +440,27 @@ def _model_registry():
         return models._OOT_MODELS
 
 
-def _register_plugin(env):
-    """The plugin's registrations for a process started with `env` (the repairs' variables), as
-    sitecustomize.py and vLLM's entry point make them."""
+def _plugin():
+    """The image's plugin modules, as the engine imports them (the plugin directory on sys.path:
+    their top-level names): (compat_configs, compat_weights)."""
     if PLUGIN_DIR not in sys.path:
         sys.path.insert(0, PLUGIN_DIR)
     import compat_configs
     import compat_weights
 
-    compat_configs.register(compat_configs.parse(env.get(compat_configs.ENV, "")))
-    compat_weights.register()  # reads os.environ, set to `env` by the caller
-    return compat_weights
+    return compat_configs, compat_weights
 
 
 @contextlib.contextmanager
 def _process_state(env, register_plugin):
-    """os.environ, sys.path and the engine's model registry as they were, after the model."""
+    """A process started with `env` (the repairs' variables: PYTHONPATH entries go on sys.path) and,
+    where the repairs ask for it, the image's plugin registered as sitecustomize.py and vLLM's entry
+    point register it; os.environ, sys.path and the engine's model registry as they were after
+    the model, so that no model's registrations reach the next one."""
     saved_environ, saved_path = dict(os.environ), list(sys.path)
     registry = _model_registry()
     saved_registry = dict(registry)
-    plugin = None
+    plugin, saved_registered = None, set()
     for key, value in env.items():
         if key == "PYTHONPATH":
             for entry in reversed([p for p in value.split(os.pathsep) if p]):
@@ -335,10 +471,12 @@ def _process_state(env, register_plugin):
     try:
         if register_plugin:
             try:
-                plugin = _register_plugin(env)
+                configs, plugin = _plugin()
+                saved_registered = set(plugin._REGISTERED)
+                configs.register(configs.parse(env.get(configs.ENV, "")))
+                plugin.register()  # reads os.environ, which holds `env` now
             except Exception as exc:
                 raise Unanswerable(f"the image's plugin could not be registered here ({type(exc).__name__}: {exc})") from exc
-            saved_registered = set(plugin._REGISTERED)
         yield
     finally:
         os.environ.clear()
@@ -385,6 +523,8 @@ def _is_refusal(where):
     if where is None:
         return False
     owner, path, function = where[0], where[1], where[3]
+    if function == "<module>":
+        return False  # raised while a module was imported: whatever the model, not its configuration
     if owner == "plugin":
         return path.startswith(PLUGIN_CODE)
     if function in CONFIG_REFUSALS:
@@ -407,6 +547,19 @@ def _unwrap(exc):
     except Exception:  # another library's ValidationError: kept as it is
         pass
     return exc
+
+
+# Frames of code that is the platform's, not the model's: a failure that passed through one is the
+# CPU build's or this machine's (no CUDA driver), whatever model code called it.
+PLATFORM_FRAMES = ("/torch/cuda/", "/triton/", "/vllm/platforms/", "/vllm/_custom_ops.py", "/vllm/_ipex_ops.py")
+
+
+def _through_platform(exc):
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        path = os.path.abspath(frame.f_code.co_filename).replace(os.sep, "/")
+        if any(part in path for part in PLATFORM_FRAMES):
+            return True
+    return False
 
 
 def _missing_module(exc):
@@ -469,6 +622,8 @@ def _build(request):
     except Exception as exc:
         raise Unanswerable(f"vLLM is not importable by {sys.executable} ({type(exc).__name__}: {exc})") from None
     version = str(getattr(vllm, "__version__", "?"))
+    _inspect_in_process()
+    _no_cpu_only_fallback()
     env = {str(k): str(v) for k, v in (request.get("env") or {}).items()}
     args = [str(a) for a in request.get("args") or []]
     with contextlib.redirect_stdout(sys.stderr), _process_state(env, bool(request.get("register_plugin"))):
@@ -503,10 +658,14 @@ def _build(request):
 
 def _judged(exc, stage, version):
     exc = _unwrap(exc)
+    if "failed to be inspected" in str(exc):
+        if not _INSPECTION_ERRORS:  # vLLM's summary of a failure it logged: says nothing here
+            return {"stage": stage, "vllm": version, "ok": None, "reason": f"cannot tell: {str(exc)[:MESSAGE_CHARS]}"}
+        exc = _INSPECTION_ERRORS[-1]  # what the (last) inspection raised, not vLLM's summary of it
     where = _raising_frame(exc)
     error = _error(exc, where)
     answer = {"stage": stage, "vllm": version, "error": error}
-    if _is_refusal(where) and not _meta_only(exc) and not _missing_module(exc):
+    if _is_refusal(where) and not _meta_only(exc) and not _missing_module(exc) and not _through_platform(exc):
         if where[0] == "plugin":
             who = f"the image's {where[1].split('/')[0]} (on vLLM {version})"
         else:

@@ -234,6 +234,7 @@ FAKE_VLLM = {
     "model_executor/models/gemma2.py": "import torch_like\ndef build():\n    torch_like.empty()\n",
     "model_executor/layers/__init__.py": "",
     "model_executor/layers/fused_moe/__init__.py": "def build():\n    raise NotImplementedError('no CPU kernel')\n",
+    "model_executor/layers/fla.py": "raise AttributeError(\"module 'triton.language' has no attribute 'exp'\")\n",
     "platforms/__init__.py": "",
     "platforms/cpu.py": "def build():\n    raise ValueError('CPU backend only supports V1.')\n",
     "config/__init__.py": "",
@@ -289,6 +290,7 @@ def test_the_engine_side_tells_the_models_refusal_from_what_it_cannot_judge(judg
     for module, function, stage in (
         ("vllm.platforms.cpu", "build", "model"),  # the CPU platform is not the card's
         ("vllm.model_executor.layers.fused_moe", "build", "model"),  # nor are its kernels
+        ("vllm.model_executor.layers.fla", "build", "config"),  # an import fails whatever the model
         ("vllm.config.model", "other_check", "config"),
     ):
         answer = judge(module, function, stage)
