@@ -74,6 +74,40 @@ BUILD = (
     ),
 )
 
+# What doctor asks the engine itself beyond the rules (common/model_build.py), and no repair fixes.
+DOCTOR = (
+    Code(
+        "MB",
+        CHECK,
+        "the engine's model code refuses this configuration",
+        "The engine got past the model's metadata, but refuses the model when it constructs its model class: "
+        "vLLM's model code raises on configuration values it does not serve (Llama's, Qwen2's and DeepSeek's MLP on "
+        "a hidden_act other than silu; Gemma 2's on an activation other than tanh-GELU, or on a config without "
+        "`hidden_act`, which transformers 4.5x no longer saves, before vLLM 0.32; DeepSeek-V2's attention without "
+        "rope_scaling on vLLM 0.5.5; attention or KV heads the --tensor-parallel-size does not divide), and so do the "
+        "image's own backports on what they leave out (Gemma 4's `enable_moe_block` on vLLM 0.5.5). doctor finds it "
+        "before the platform tries: the card's engine Python builds the model class as the image's engine would (the "
+        "model view and arguments of the repairs, the image's plugin registered, the platform's tensor-parallel size) "
+        "on the meta device, without weights or memory, and says the engine's own exception and the line that raised "
+        "it. Where it cannot be asked (no vLLM in that Python, a failure in a part of the engine the CPU build runs "
+        "differently from the card), the verdict is 'unverified'; COMPAT_SKIP=MB turns the check off.",
+        "change what the engine's message names (in config.json, or through the platform's arguments such as "
+        "--tensor-parallel-size), or serve the model on a card variant whose engine supports it (`doctor --card CARD` "
+        "lists them)",
+        (
+            r"Unsupported activation: \S+\. Only silu is supported",
+            r"Activation function \S+ is not supported for Gemma models",
+            r"Gemma2 uses `gelu_pytorch_tanh` as the hidden activation",
+            r"'\w+Config' object has no attribute '\w+'",
+            r"Sliding window for some but all layers is not supported",
+            r"backport: .*is not supported on this engine",
+            r"assert self\.total_num_\w+ % tp_size == 0",
+            r"assert tp_size % self\.total_num_kv_heads == 0",
+            r"Total number of attention heads \(\d+\) must be divisible by tensor parallel size",
+        ),
+    ),
+)
+
 # Failures no repair of this project fixes; each says what to do instead.
 TRIAGE = (
     Code(
@@ -247,7 +281,7 @@ def runtime_codes() -> Tuple[Code, ...]:
 
 def all_codes() -> Tuple[Code, ...]:
     """Every code; triage tries their signatures in this order (the first class that matches wins)."""
-    return runtime_codes() + BUILD + TRIAGE + FINDINGS
+    return runtime_codes() + BUILD + DOCTOR + TRIAGE + FINDINGS
 
 
 def normalize(code: str) -> str:

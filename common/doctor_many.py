@@ -5,8 +5,9 @@ One row per model and card (starts as is / starts with repairs / fails / unverif
 codes that decide it), then totals per card: how many would start without the image's repairs
 and how many with them. The rules run in this process for every model; the engine-side checks of
 all the models of one card go to ONE engine-Python process (verify.run_checks_of_many), not one
-per model. Progress goes to stderr, one line per model and card; a model that breaks doctor is a
-row with its error ("error"), never the end of the run.
+per model, and the engine's model classes of all of them (MB, common/model_build.py) to one more,
+which imports the engine's vLLM once. Progress goes to stderr, one line per model and card; a
+model that breaks doctor is a row with its error ("error"), never the end of the run.
 
 Exit: 1 when any row fails, else 2 when any is unverified or an error, else 0.
 """
@@ -115,6 +116,8 @@ def row_of(model: str, card: str, data: Dict[str, Any]) -> Dict[str, Any]:
         "env": data["env"],
         "tokens": data.get("tokens", "unproven"),
         "memory": data.get("memory"),
+        # What decides the verdict, each finding with its message (MB carries the engine's own).
+        "findings": [f for f in data["findings"] if f["severity"] in ("error", "unverified")],
         "error": None,
     }
 
@@ -132,6 +135,7 @@ def error_row(model: str, card: str, message: str) -> Dict[str, Any]:
         "env": {},
         "tokens": "unproven",
         "memory": None,
+        "findings": [],
         "error": message,
     }
 
@@ -141,6 +145,8 @@ def judge_card(
 ) -> List[Dict[str, Any]]:
     """Every model on one card, a row each in the order of `models`: the rules of each, then all
     their checks in one engine process."""
+    from .model_build import check as build_models
+    from .model_build import request_for, skipped
     from .verify import run_checks_of_many, verify_timeout
 
     card_env = engine.env(env)
@@ -162,11 +168,28 @@ def judge_card(
     # The whole list's checks share the process: each model's share of the time limit adds up.
     verdicts = run_checks_of_many(requests, card_env, verify_timeout(env) * max(1, with_checks)) if requests else []
     answers = [(v.ok, v.reason, v.result) for v in verdicts]
+    finished: List[Tuple[int, Plan]] = []
     for i, plan, pending in started:
         try:
             if pending is not None:
                 taken, answers = answers[: len(pending.requests)], answers[len(pending.requests) :]
                 finish_plan(pending, taken)
+            finished.append((i, plan))
+        except Exception as exc:
+            rows[i] = error_row(models[i], card, f"{type(exc).__name__}: {exc}")
+            _cleanup(plan, keep)
+    # The engine's model classes, all the finished plans' in one more engine process (vLLM and
+    # torch): it needs each plan's final arguments and model view, so it comes after the checks.
+    to_build = sum(1 for _, plan in finished if request_for(plan) is not None)
+    if to_build and not skipped(card_env):
+        progress.say(f"{card}: the engine's model classes of {to_build} models, one process: {engine.describe()}")
+    try:
+        build_models([plan for _, plan in finished], card_env)
+    except Exception as exc:  # a bug of the model build: every row says so, none is judged without it
+        for _, plan in finished:
+            plan.add_finding("INTERNAL", "error", f"the model build failed: {type(exc).__name__}: {exc}")
+    for i, plan in finished:
+        try:
             rows[i] = row_of(models[i], card, judge(plan.to_json()))
         except Exception as exc:
             rows[i] = error_row(models[i], card, f"{type(exc).__name__}: {exc}")

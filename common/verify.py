@@ -3,7 +3,9 @@
 `run_checks` sends every request of a start to one child process (checks/engine_checks.py,
 whose docstring lists the request kinds and answer fields). The child never imports torch:
 reading a tokenizer or a config does not need it, and importing it cost a repaired start ~3 s
-and ~700 MB. A clean model never gets here.
+and ~700 MB. A clean model never gets here. The one exception is doctor's (never launch's)
+model build (common/model_build.py): a batch of `model_build` requests runs the engine's own
+vLLM and torch, in a process of its own that keeps torch on.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ DEFAULT_TIMEOUT_S = 60.0
 # transformers 4.x reads these when imported and then loads tokenizers and configs without
 # torch, TensorFlow or Flax. The child's alone: the engine vLLM starts keeps its torch.
 TORCH_OFF = {"USE_TORCH": "0", "USE_TF": "0", "USE_FLAX": "0"}
+# Request kinds that run the engine's own code (vLLM, torch): their process keeps torch on, and
+# vLLM 0.6+ logs to stderr there (stdout carries the answers).
+ENGINE_KINDS = ("model_build",)
+ENGINE_ENV = {"VLLM_LOGGING_STREAM": "ext://sys.stderr", "VLLM_LOGGING_LEVEL": "WARNING"}
 
 
 class Verdict:
@@ -49,13 +55,22 @@ def verify_timeout(env: Mapping[str, str]) -> float:
     return seconds(env, "COMPAT_VERIFY_TIMEOUT", DEFAULT_TIMEOUT_S)
 
 
-def child_env() -> Dict[str, str]:
+def child_env(engine: bool = False) -> Dict[str, str]:
+    """The checks' environment; `engine`: the requests run the engine's own code (ENGINE_KINDS)."""
     env = dict(os.environ)
     env.setdefault("TRANSFORMERS_VERBOSITY", "error")
     env["HF_HUB_OFFLINE"] = "1"  # a check must never reach for a hub
     env["PYTHONIOENCODING"] = "utf-8"  # answers carry token text; an image's locale may be C
-    env.update(TORCH_OFF)
+    if engine:
+        for key, value in ENGINE_ENV.items():
+            env.setdefault(key, value)
+    else:
+        env.update(TORCH_OFF)
     return env
+
+
+def runs_engine(requests: Sequence[Mapping[str, Any]]) -> bool:
+    return any(isinstance(r, dict) and r.get("kind") in ENGINE_KINDS for r in requests)
 
 
 class _Run:
@@ -85,14 +100,14 @@ class _Run:
         return Verdict(False, f"verification exited {self.returncode}: {tail[:300]}")
 
 
-def _run(argv: List[str], stdin_text: Optional[str], env: Mapping[str, str], timeout: Optional[float] = None) -> _Run:
+def _run(argv: List[str], stdin_text: Optional[str], env: Mapping[str, str], timeout: Optional[float] = None, engine: bool = False) -> _Run:
     import subprocess  # only when a repair needs checking: the clean path never pays for it
 
     timeout = verify_timeout(env) if timeout is None else timeout
     try:
         proc = subprocess.Popen(
             [engine_python(env)] + argv,
-            env=child_env(),
+            env=child_env(engine),
             text=True,
             encoding="utf-8",
             errors="replace",
@@ -129,7 +144,7 @@ def run_checks(requests: Sequence[Mapping[str, Any]], env: Mapping[str, str]) ->
     False: the check failed, the child died first, or the time limit ran out first."""
     if not requests:
         return []
-    run = _run([os.path.join(CHECKS_DIR, BATCH_SCRIPT)], json.dumps(list(requests), ensure_ascii=False), env)
+    run = _run([os.path.join(CHECKS_DIR, BATCH_SCRIPT)], json.dumps(list(requests), ensure_ascii=False), env, engine=runs_engine(requests))
     by_index = {a["index"]: a for a in run.answers() if isinstance(a.get("index"), int)}
     return [_verdict(by_index[i]) if i in by_index else run.missing() for i in range(len(requests))]
 
@@ -142,7 +157,7 @@ def run_checks_of_many(requests: Sequence[Mapping[str, Any]], env: Mapping[str, 
     verdicts: List[Verdict] = []
     todo = list(requests)
     while todo:
-        run = _run([os.path.join(CHECKS_DIR, BATCH_SCRIPT)], json.dumps(todo, ensure_ascii=False), env, timeout)
+        run = _run([os.path.join(CHECKS_DIR, BATCH_SCRIPT)], json.dumps(todo, ensure_ascii=False), env, timeout, runs_engine(todo))
         by_index = {a["index"]: a for a in run.answers() if isinstance(a.get("index"), int)}
         done = 0
         while done in by_index:

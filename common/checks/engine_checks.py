@@ -30,6 +30,15 @@ Requests and the fields their answers add:
       loads it: the model path or a model view), as `processor_class`, with each component's
       values as given (its nested processor_config.json entries; class-name keys left out)?
       Torch-free like the others: the slow (PIL) image processors need no torch.
+  {"kind": "model_build", "path": DIR, "args": [vllm serve argument, ...], "env": {NAME: value},
+   "register_plugin": bool}
+      "stage", "vllm", "class", "parameters", "error": {"type", "message", "file", "line",
+      "function"}.  Does the engine construct its model class for DIR (the path it is given: the
+      model or doctor's model view) with ARGS (the repairs' and the platform's), on the meta
+      device, in a process with ENV (the repairs' variables) and the image's plugin registered?
+      ok false: its model code (or the plugin's) refuses the configuration; ok null: cannot tell.
+      Answered by model_build.py, imported only for this request: it imports vLLM and torch, so
+      verify.py starts such requests in a process of their own, without TORCH_OFF.
 Every answer: "index", "kind", "ok" (true, false, or null: this interpreter cannot check, e.g.
 no transformers), "reason", "transformers" (version or null), "torch_loaded".
 
@@ -254,12 +263,24 @@ def check_layer_api(request):
     return {"ok": True, "reason": f"the engine's vLLM ({root}) has the {len(requires)} layer APIs the backport calls", "missing": []}
 
 
+_SIBLINGS = {}
+
+
+def check_model_build(request):
+    """The engine's model class built on the meta device (model_build.py: torch and vLLM; loaded
+    once per process, which keeps its distributed state)."""
+    if "model_build" not in _SIBLINGS:
+        _SIBLINGS["model_build"] = _load_sibling("model_build")
+    return _SIBLINGS["model_build"].build(request)
+
+
 CHECKS = {
     "tokenizer": check_tokenizer,
     "config": check_config,
     "module": check_module,
     "processor": check_processor,
     "layer_api": check_layer_api,
+    "model_build": check_model_build,
 }
 
 
@@ -270,8 +291,8 @@ def torch_loaded():
 def hide_torch(requests):
     """transformers 5 probes torch with importlib.util.find_spec, which answers None for a
     module set to None in sys.modules: what it sees in a torch-less install."""
-    if any(isinstance(r, dict) and r.get("trust_remote_code") for r in requests):
-        return
+    if any(isinstance(r, dict) and (r.get("trust_remote_code") or r.get("kind") == "model_build") for r in requests):
+        return  # the model's own code, or the engine's, imports torch for real
     try:
         from importlib.metadata import version
 

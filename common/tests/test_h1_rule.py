@@ -16,7 +16,7 @@ needs_upstream = pytest.mark.skipif(not PAGED_ATTN.exists(), reason="no upstream
 
 @pytest.fixture(autouse=True)
 def only_h1(env_for_tests):
-    env_for_tests["COMPAT_SKIP"] = "R2,R3,R3b,R4,R5,H2,R7"
+    env_for_tests["COMPAT_SKIP"] = "R2,R3,R3b,R4,R5,H2,R7,MB"
 
 
 def llama(head_dim=None, hidden=512, heads=4, **extra):

@@ -21,7 +21,7 @@ MIXTRAL = {
 
 @pytest.fixture(autouse=True)
 def only_h2(env_for_tests):
-    env_for_tests["COMPAT_SKIP"] = "R2,R3,R3b,R4,R5,H1,R7"
+    env_for_tests["COMPAT_SKIP"] = "R2,R3,R3b,R4,R5,H1,R7,MB"
 
 
 def h2(plan):
