@@ -2,12 +2,17 @@
 
 `conformance_cells.json` (written by `make conformance` from conformance/results.json, baked into
 every image with this package) holds, per card, each cell's architecture, the traits of its
-configuration (config_traits.py), who saved it, and its result. A model is covered by the cell of
-its card, architecture and traits, saved by a transformers of its own major version (a config
-written by transformers 5 is read through the repairs of its format; one written by 4.x as is).
+configuration (config_traits.py), who saved it, its tensor-parallel size and its result; for a
+cell that was not exact, its `culprit`: the traits in which it differs from the nearest exact
+cell of its architecture (none: no cell of the architecture is exact); and per architecture and
+saver, the `coverage`: every value class (config_values.py) its exact cells exercised.
 
-tokens: "proven" (the cell's greedy ids were the author's), "differs" (they were not), or
-"unproven" (no cell covers the model, or its cell never answered). Standard library only.
+tokens: "proven" only when the model's traits equal an exact cell's, saved by a transformers of
+its own major version (a config written by transformers 5 is read through the repairs of its
+format; one written by 4.x as is), AND every value its architecture's model code reads
+(model_fields.json) is covered, at the tensor-parallel size asked, with its quantization method;
+"differs" where a cell that answered other tokens has the model's culprit traits; "unproven"
+otherwise, with `open`: what no cell covered. Deny by default. Standard library only.
 """
 
 from __future__ import annotations
@@ -16,47 +21,135 @@ import json
 import os
 
 from .config_traits import config_traits
+from .config_values import config_values, uncovered
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional
+    from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-CELLS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conformance_cells.json")
+HERE = os.path.dirname(os.path.abspath(__file__))
+CELLS_FILE = os.path.join(HERE, "conformance_cells.json")
+FIELDS_FILE = os.path.join(HERE, "model_fields.json")
 TOKENS = {"exact": "proven", "differs": "differs"}
 _TABLE: Dict[str, Any] = {}
+_FIELDS: Dict[str, Any] = {}
+
+
+def _load(path: str, into: Dict[str, Any], empty: Dict[str, Any]) -> Dict[str, Any]:
+    if not into:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+            into.update(data if isinstance(data, dict) else empty)
+        except (OSError, ValueError):
+            into.update(empty)
+    return into
 
 
 def table() -> Dict[str, Any]:
     """The baked table (empty when the file is missing or unreadable: everything is unproven)."""
-    if not _TABLE:
-        try:
-            with open(CELLS_FILE, encoding="utf-8") as fh:
-                data = json.load(fh)
-            _TABLE.update(data if isinstance(data, dict) else {})
-        except (OSError, ValueError):
-            _TABLE["cards"] = {}
-    return _TABLE
+    return _load(CELLS_FILE, _TABLE, {"cards": {}})
 
 
-def saver_of(config: Dict[str, Any]) -> str:
+def fields_table() -> Dict[str, Any]:
+    """model_fields.json (empty when missing: no field can be placed, so nothing is proven)."""
+    return _load(FIELDS_FILE, _FIELDS, {"engines": {}})
+
+
+def saver_of(config: Mapping[str, Any]) -> str:
     """ "v5" for a config written by transformers 5, "legacy" otherwise (the engine's own era)."""
     version = config.get("transformers_version")
     major = str(version).split(".", 1)[0] if version else ""
     return "v5" if major.isdigit() and int(major) >= 5 else "legacy"
 
 
-def cell_for(card: str, config: Dict[str, Any], max_model_len: Optional[str] = None) -> Optional[Dict[str, Any]]:
-    """The cell that covers the model of `config` on `card`, or None."""
-    cells: List[Dict[str, Any]] = table().get("cards", {}).get(card, {}).get("cells", [])
+def _architecture(config: Mapping[str, Any]) -> Optional[str]:
     architectures = config.get("architectures")
-    if not cells or not isinstance(architectures, list) or not architectures:
+    if isinstance(architectures, list) and architectures and isinstance(architectures[0], str):
+        return architectures[0]
+    return None
+
+
+def _card(card: str) -> Dict[str, Any]:
+    entry = table().get("cards", {}).get(card)
+    return entry if isinstance(entry, dict) else {}
+
+
+def _cells(card: str, arch: Optional[str], saver: str) -> List[Dict[str, Any]]:
+    return [c for c in _card(card).get("cells", []) if c.get("architecture") == arch and c.get("saver") == saver]
+
+
+def cell_for(card: str, config: Mapping[str, Any], max_model_len: Optional[str] = None, tp: int = 1) -> Optional[Dict[str, Any]]:
+    """The cell of the model's architecture, traits, saver and tensor-parallel size on `card`."""
+    cells = _cells(card, _architecture(config), saver_of(config))
+    if not cells:
         return None
-    arch = architectures[0]
-    traits = config_traits(config, max_model_len)
-    saver = saver_of(config)
-    matching = [c for c in cells if c.get("architecture") == arch and c.get("traits") == traits]
-    own = [c for c in matching if c.get("saver") == saver]
-    return (own or [None])[0]
+    traits = config_traits(dict(config), max_model_len)
+    same = [c for c in cells if c.get("traits") == traits]
+    # The cell of the size asked first; another size's cell still names the traits' cell (the
+    # size itself is judged as a value: @tensor_parallel_size).
+    same.sort(key=lambda c: int(c.get("tp") or 1) != tp)
+    return (same or [None])[0]
+
+
+def failing_cell(card: str, config: Mapping[str, Any], max_model_len: Optional[str] = None) -> Optional[Dict[str, Any]]:
+    """A cell that was not exact whose culprit traits the model has: what made that cell differ
+    or be refused is in this model too, whatever else its configuration says. A cell without a
+    culprit (no exact cell of its architecture to tell what made the difference) speaks for its
+    very traits only: beyond them the model is unproven, never failed on a guess."""
+    cells = [c for c in _cells(card, _architecture(config), saver_of(config)) if c.get("result") != "exact"]
+    if not cells:
+        return None
+    traits = config_traits(dict(config), max_model_len)
+    for cell in cells:
+        culprit = cell.get("culprit")
+        if isinstance(culprit, dict) and culprit:
+            if all(traits.get(k) == v for k, v in culprit.items()):
+                return cell
+        elif cell.get("traits") == traits:
+            return cell
+    return None
+
+
+def open_values(
+    card: str, config: Mapping[str, Any], tp: int = 1, quantize_config: Optional[Mapping[str, Any]] = None
+) -> List[str]:
+    """What of the model's configuration no exact cell of its architecture and saver on `card`
+    exercised (`field=value`): empty only when every value its model code reads is covered."""
+    entry, arch = _card(card), _architecture(config)
+    vllm = entry.get("vllm")
+    fields = fields_table().get("engines", {}).get(vllm, {}).get(arch) if arch else None
+    if fields is None:
+        return [f"no field table for {arch} on vLLM {vllm} (compat_build.model_fields)"]
+    coverage = entry.get("coverage", {}).get(arch, {}).get(saver_of(config))
+    if not coverage:
+        return [f"no exact cell of {arch} saved by transformers {saver_of(config)}"]
+    return uncovered(config_values(config, fields, quantize_config, tp), coverage)
+
+
+def judge(
+    card: str,
+    config: Mapping[str, Any],
+    max_model_len: Optional[str] = None,
+    tp: int = 1,
+    quantize_config: Optional[Mapping[str, Any]] = None,
+) -> Tuple[str, Optional[Dict[str, Any]], List[str]]:
+    """(tokens, the cell that decides, what stays open) for the model of `config` on `card`."""
+    failing = failing_cell(card, config, max_model_len)
+    if failing is not None:
+        return TOKENS.get(str(failing.get("result")), "unproven"), failing, []
+    cell = cell_for(card, config, max_model_len, tp)
+    open_list = open_values(card, config, tp, quantize_config)
+    if cell is None:
+        open_list.insert(0, "its traits (" + _trait_text(config, max_model_len) + ") in no cell of its architecture and saver")
+    if cell is None or cell.get("result") != "exact" or open_list:
+        return "unproven", cell, open_list
+    return "proven", cell, []
+
+
+def _trait_text(config: Mapping[str, Any], max_model_len: Optional[str]) -> str:
+    traits = config_traits(dict(config), max_model_len)
+    return ", ".join(f"{k}={v}" for k, v in sorted(traits.items()) if v not in (False, None, [], "none", "default", "derived"))
 
 
 def tokens(cell: Optional[Dict[str, Any]]) -> str:

@@ -59,7 +59,7 @@ def judge(data: Dict[str, Any]) -> Dict[str, Any]:
     data["verdict"] = "fails" if failing else "unverified" if unverified else "starts"
     data["failing"] = failing
     data["unverified"] = unverified
-    data["tokens"], data["tokens_cell"] = tokens_of(data)
+    data["tokens"], data["tokens_cell"], data["tokens_open"] = tokens_of(data)
     # The memory layer (rule KV, doctor only): weights and one request's KV cache on the card.
     facts = data.get("facts") or {}
     data["memory"] = facts.get("memory")
@@ -67,19 +67,25 @@ def judge(data: Dict[str, Any]) -> Dict[str, Any]:
     return data
 
 
-def tokens_of(data: Dict[str, Any]) -> Tuple[str, Optional[str]]:
+def tokens_of(data: Dict[str, Any]) -> Tuple[str, Optional[str], List[str]]:
     """Whether the conformance matrix proved the model's greedy tokens on the card ("proven",
-    "differs", "unproven") and the cell that says so."""
-    from .conformance_cells import cell_for, tokens
+    "differs", "unproven"), the cell that says so, and what no cell covered (deny by default:
+    common/conformance_cells.py)."""
+    from .conformance_cells import judge as judge_tokens
+    from .memory_fit import int_arg
     from .modeldir import ModelDir
     from .vllm_args import UserArgs
 
     try:
-        config = ModelDir(data["model_dir"]).json_object("config.json")
-        cell = cell_for(data["card"], config, UserArgs(data.get("user_args") or []).value("--max-model-len"))
-    except Exception:  # noqa: B902 - an unreadable model has no cell: unproven, said by the other findings
-        return "unproven", None
-    return tokens(cell), (f"{cell['variant']} ({cell['saved_by']})" if cell else None)
+        model = ModelDir(data["model_dir"])
+        config = model.json_object("config.json")
+        user = UserArgs(data.get("user_args") or [])
+        tp = int_arg(user, "--tensor-parallel-size") or 1
+        quantize = model.json_object("quantize_config.json") if model.has("quantize_config.json") else None
+        tokens, cell, open_list = judge_tokens(data["card"], config, user.value("--max-model-len"), tp, quantize)
+    except Exception as exc:  # noqa: B902 - an unreadable model has no cell: unproven, said by the other findings
+        return "unproven", None, [f"the configuration could not be placed ({type(exc).__name__})"]
+    return tokens, (f"{cell['variant']} ({cell['saved_by']})" if cell else None), open_list
 
 
 def remove_work_dir(plan: Plan) -> None:
@@ -110,6 +116,8 @@ def table(data: Dict[str, Any]) -> str:
             f" (conformance cell {data['tokens_cell']})" if data.get("tokens_cell") else " (no conformance cell covers this configuration)"
         )
         lines.append(f"tokens: {data['tokens']}{cell}")
+        if data.get("tokens_open"):
+            lines.append("  not covered by any exact cell: " + "; ".join(data["tokens_open"]))
     if (data.get("memory") or {}).get("fits") is not None:
         from .memory_fit import summary as memory_summary
 

@@ -2,8 +2,9 @@
 
 A case is one tiny model of one architecture in one configuration; a cell is a case saved by
 one transformers, run on one card through that card's launcher. Which transformers saves a
-case for an engine: the author's (transformers 5) always, and where the card's engine reads
-with an older transformers, that transformers too (a checkpoint of the engine's own time).
+case for an engine: the author's (transformers 5) always, and a 4.x save too, since most real
+checkpoints carry one: the engine's own transformers where it is older (a checkpoint of the
+engine's own time), 4.57 on an engine that reads with transformers 5.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ ENGINES: Dict[str, Engine] = {
     for e in (
         Engine("0.5.5", ".venv-engine055", "engine055-env", ("iluvatar-bi100",), ("v5", "455")),
         Engine("0.11.0", ".venv-engine", "engine-env", ("nv-a100", "hygon-k100"), ("v5", "457"), ("--enforce-eager",)),
-        Engine("0.32.0", ".venv-engine-next", "engine-next-env", ("nv-a100@next",), ("v5",), ("--enforce-eager",)),
+        Engine("0.32.0", ".venv-engine-next", "engine-next-env", ("nv-a100@next",), ("v5", "457"), ("--enforce-eager",)),
     )
 }
 # The platform's arguments of every cell: float32 (the reference's precision; the checkpoints are

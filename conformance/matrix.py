@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from common.config_traits import config_traits
+from common.config_values import config_values
+from common.conformance_cells import fields_table
 from common.triage import scan, signatures, triage_file
 from common.vllm_args import UserArgs
 from tests.engine import COMMON_ENV
@@ -33,6 +35,13 @@ from .models import ensure, model_dir, record
 
 RESULTS = Path(__file__).resolve().parent / "results.json"
 WORKER = "conformance.engine_worker"
+
+
+def cell_values(config: Dict[str, Any], vllm: str, architecture: str, tp: int) -> Dict[str, List[str]]:
+    """The value classes a cell's saved config exercised (common/config_values.py), for the
+    fields its architecture's model code reads on that engine (common/model_fields.json)."""
+    fields = fields_table().get("engines", {}).get(vllm, {}).get(architecture, [])
+    return config_values(config, fields, None, int(tp or 1))
 
 
 def cell_id(case: str, saver: str, card: str) -> str:
@@ -259,6 +268,7 @@ def run(
     results["last_run"] = {"cells": len(cells_run), "seconds": round(elapsed, 1), "jobs": jobs}
     if not case_names and not engine_names:  # the whole matrix: the figure make bench reports
         results["full_run"] = results["last_run"]
+    RESULTS.write_text(json.dumps(results, indent=1) + "\n")  # the engine's answers kept, whatever judging does
     judge_all(results, progress)
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     write_readme(results)
@@ -286,7 +296,9 @@ def judge_all(results: Dict[str, Any], progress: Any) -> None:
     for cell in results["cells"]:
         saver = next(s for s in SAVERS.values() if record(cases[cell["variant"]], s.name).get("transformers") == cell["saved_by"])
         model = str(model_dir(cases[cell["variant"]], saver.name) / "model")
-        cell["traits"] = config_traits(json.loads((Path(model) / "config.json").read_text()), max_model_len_of(args[cell["vllm"]]))
+        config = json.loads((Path(model) / "config.json").read_text())
+        cell["traits"] = config_traits(config, max_model_len_of(args[cell["vllm"]]))
+        cell["values"] = cell_values(config, cell["vllm"], cell["architecture"], cell.get("tp", 1))
         by_card.setdefault(cell["card"], {}).setdefault(model, []).append(cell)
     write_baked(results)
     progress("conformance: doctor on every model and card")
@@ -330,7 +342,9 @@ def collect(
             if result.get("same_start_as"):
                 row["same_start_as"] = result["same_start_as"]
             row["seconds"] = result.get("seconds")
-            row["traits"] = config_traits(json.loads((Path(cell["model"]) / "config.json").read_text()), max_model_len_of(cell["args"]))
+            config = json.loads((Path(cell["model"]) / "config.json").read_text())
+            row["traits"] = config_traits(config, max_model_len_of(cell["args"]))
+            row["values"] = cell_values(config, vllm, case["architecture"], row.get("tp", 1))
             row["model"] = cell["model"]
             out.append(row)
     # A cell that made the very same start as another (its log holds only the plan) has that

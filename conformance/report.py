@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
+
+from common.config_traits import differences
+from common.config_values import merge_coverage
 
 from .cases import ENGINES, load_cases
 
@@ -89,17 +92,54 @@ def write_readme(results: Dict[str, Any]) -> None:
 
 CELLS = Path(__file__).resolve().parents[1] / "common" / "conformance_cells.json"
 # What doctor needs of a cell (common/conformance_cells.py).
-BAKED = ("architecture", "variant", "saved_by", "traits", "result", "code", "cause", "signal", "first_difference")
+BAKED = ("architecture", "variant", "saved_by", "traits", "result", "code", "cause", "signal", "first_difference", "tp")
+
+
+def saver_key(cell: Dict[str, Any]) -> str:
+    return "v5" if str(cell["saved_by"]).split(".")[0] >= "5" else "legacy"
+
+
+def culprit(cell: Dict[str, Any], exact: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The traits of a cell that was not exact which no exact cell of its architecture shares
+    all of: the differences from the nearest exact cell, widened until no exact cell has them.
+    None when no cell of the architecture is exact, or one has the very same traits: nothing
+    then tells what made the difference, and the cell speaks for its own traits only."""
+    traits = cell["traits"]
+    if not exact:
+        return None
+    nearest = min(exact, key=lambda e: (len(differences(traits, e["traits"])), e["variant"]))
+    keys = set(differences(traits, nearest["traits"]))
+    while True:
+        matching = [e for e in exact if all(e["traits"].get(k) == traits.get(k) for k in keys)]
+        if not matching:
+            return {k: traits.get(k) for k in sorted(keys)}
+        more = sorted(set(differences(traits, matching[0]["traits"])) - keys)
+        if not more:
+            return None
+        keys.add(more[0])
 
 
 def baked(results: Dict[str, Any]) -> Dict[str, Any]:
-    """common/conformance_cells.json: per card, its engine and every cell doctor can match."""
+    """common/conformance_cells.json: per card, its engine, every cell doctor can match (a cell
+    that was not exact with its culprit traits), and per architecture and saver the value
+    classes its exact cells covered."""
     cards_out: Dict[str, Any] = {}
     for cell in results["cells"]:
-        entry = cards_out.setdefault(cell["card"], {"vllm": cell["vllm"], "cells": []})
+        entry = cards_out.setdefault(cell["card"], {"vllm": cell["vllm"], "cells": [], "coverage": {}})
         row = {k: cell[k] for k in BAKED if cell.get(k) is not None}
-        row["saver"] = "v5" if str(cell["saved_by"]).split(".")[0] >= "5" else "legacy"
+        row["saver"] = saver_key(cell)
         entry["cells"].append(row)
+        if cell["result"] == "exact" and cell.get("values"):
+            by_saver = entry["coverage"].setdefault(cell["architecture"], {}).setdefault(row["saver"], {})
+            merge_coverage(by_saver, cell["values"])
+    for entry in cards_out.values():
+        for row in entry["cells"]:
+            if row["result"] == "exact":
+                continue
+            exact = [c for c in entry["cells"] if c["result"] == "exact" and c["architecture"] == row["architecture"]]
+            found = culprit(row, [c for c in exact if c["saver"] == row["saver"]] or exact)
+            if found:
+                row["culprit"] = found
     return {"source": "conformance/results.json (make conformance)", "cards": dict(sorted(cards_out.items()))}
 
 

@@ -5,8 +5,10 @@ Every other rule proves that the engine gets past the model's metadata. The conf
 (conformance/ in the repository; its results baked into the image as conformance_cells.json)
 proves what comes after: tiny models of each architecture in the configurations popular
 checkpoints use, served through this card's launcher on its engine generation, their greedy
-tokens compared with the author's transformers. A model whose architecture and configuration
-traits match a cell inherits that cell's result. `differs` is the worst failure there is: the
+tokens compared with the author's transformers. A cell that was not exact names its culprit: the
+traits in which it differs from the nearest exact cell of its architecture (widened until no
+exact cell shares them all). A model with those traits inherits the cell's result, whatever
+else its configuration says: a known difference is a failure wherever it appears. `differs` is the worst failure there is: the
 engine starts, answers 200, and computes another function, so the platform's evaluation fails
 while every log says all is well. C1 makes that an error (doctor: fails), loudly logged at
 start (vLLM still starts: a preflight never blocks a start). A cell that did not answer on the
@@ -18,7 +20,7 @@ the engine lacks, a context longer than the engine derives) is that rule's.
 
 from __future__ import annotations
 
-from ..conformance_cells import cell_for
+from ..conformance_cells import failing_cell
 from .base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
@@ -49,7 +51,7 @@ class Conformance(Rule):
     def check(self, ctx: Context) -> Outcome:
         outcome = Outcome()
         config = ctx.model.json_object("config.json")
-        cell = cell_for(ctx.profile.card, config, ctx.user.value("--max-model-len"))
+        cell = failing_cell(ctx.profile.card, config, ctx.user.value("--max-model-len"))
         if cell is None or not acts_on(cell):
             return outcome
         engine = f"vLLM {ctx.profile.vllm_version}"

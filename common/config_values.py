@@ -1,0 +1,189 @@
+"""A configuration's values as the classes that decide which code path an engine takes.
+
+doctor's token layer is deny-by-default: a model is `proven` only when every value its
+architecture's model code reads (common/model_fields.json, generated from the engine's, the
+backport's and the author's source) was exercised by an exact conformance cell. Two values are
+the same for that purpose when they take the same path through the code:
+  - a categorical value is itself: a string (an activation name, a rope kind, a layer type), a
+    boolean switch, null;
+  - a number is its sign (zero takes other branches than a positive count or factor), except
+    the sizes a kernel dispatches on, which are themselves (`@head_size`, `@rotary_dim`);
+  - a list of numbers is one class (LongRoPE's factors, per-layer sizes), any other list is the
+    set of its elements (every layer type must have been seen);
+  - a nested object is its leaves, named by their dotted path (`rope_scaling.rope_type`).
+Besides the fields the code reads, every model is judged on `@quantization` (the method of its
+weights; none for a float checkpoint) and `@tensor_parallel_size` (the size it is started at).
+Standard library only.
+"""
+
+from __future__ import annotations
+
+from .headsize import NESTED_TEXT_CONFIGS, attention_config, detect_head_size
+
+TYPE_CHECKING = False  # typing costs milliseconds at every container start
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, List, Mapping, Optional, Set
+
+# Fields the model code reads that do not change what greedy decoding computes at inference:
+# training-only switches, token ids that only label (padding, the ends a sampler stops at),
+# output plumbing and load-time hints. A value of these never keeps a model unproven.
+INERT_FIELDS = frozenset(
+    (
+        "attention_dropout",
+        "hidden_dropout",
+        "dropout",
+        "embd_pdrop",
+        "resid_pdrop",
+        "attn_pdrop",
+        "activation_dropout",
+        "initializer_range",
+        "initializer_factor",
+        "use_cache",
+        "output_attentions",
+        "output_hidden_states",
+        "output_router_logits",
+        "return_dict",
+        "use_return_dict",
+        "gradient_checkpointing",
+        "pad_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "router_aux_loss_coef",
+        "router_z_loss_coef",
+        "torch_dtype",
+        "dtype",
+        "pretraining_tp",
+        "is_decoder",
+        "is_encoder_decoder",
+        "num_labels",
+        "problem_type",
+        "use_bidirectional_attention",
+        "tie_word_embeddings",  # a trait of its own (config_traits.py), judged there
+    )
+)
+# The pseudo-fields every model is judged on, whatever its code reads.
+QUANTIZATION = "@quantization"
+TENSOR_PARALLEL = "@tensor_parallel_size"
+HEAD_SIZE = "@head_size"
+ROTARY_DIM = "@rotary_dim"
+# Lists longer than this are read as their element classes only (a 128-layer pattern).
+MAX_LEAVES = 4096
+
+
+def value_class(value: Any) -> List[str]:
+    """The classes of one value (a list of strings: a categorical list has one per element)."""
+    if value is None:
+        return ["null"]
+    if isinstance(value, bool):
+        return ["true" if value else "false"]
+    if isinstance(value, (int, float)):
+        return ["num:0" if value == 0 else "num:+" if value > 0 else "num:-"]
+    if isinstance(value, str):
+        return ["str:" + value]
+    if isinstance(value, list):
+        if value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            return ["list:num"]
+        if not value:
+            return ["list:empty"]
+        out: Set[str] = set()
+        for item in value[:MAX_LEAVES]:
+            out.update("item:" + c for c in value_class(item) if not c.startswith("dict"))
+        return sorted(out)
+    return ["other:" + type(value).__name__]
+
+
+def _leaves(prefix: str, value: Any, out: Dict[str, List[str]], depth: int = 0) -> None:
+    if isinstance(value, dict) and depth < 4:
+        for key, item in value.items():
+            if isinstance(key, str):
+                _leaves(f"{prefix}.{key}", item, out, depth + 1)
+        if not value:
+            out[prefix] = ["dict:empty"]
+        return
+    out[prefix] = value_class(value)
+
+
+def reading_config(config: Mapping[str, Any]) -> Dict[str, Any]:
+    """The keys the language model's code reads: a nested text config over the top level."""
+    where, cfg = attention_config(dict(config))
+    merged = {k: v for k, v in config.items() if k not in NESTED_TEXT_CONFIGS}
+    if where is not None:
+        merged.update(cfg)
+    return merged
+
+
+def quantization_method(config: Mapping[str, Any], quantize_config: Optional[Mapping[str, Any]] = None) -> Optional[str]:
+    """The method of a quantized checkpoint: config.json's quantization_config, or AutoGPTQ's
+    quantize_config.json beside it (which vLLM reads as GPTQ)."""
+    quant = config.get("quantization_config")
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    if isinstance(method, str) and method:
+        return method.lower()
+    if quantize_config:
+        method = quantize_config.get("quant_method")
+        return method.lower() if isinstance(method, str) and method else "gptq"
+    return None
+
+
+def rotary_dim(cfg: Mapping[str, Any], head: Optional[int]) -> Optional[int]:
+    dim = cfg.get("rotary_dim")
+    if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:
+        return dim
+    params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    for factor in (cfg.get("partial_rotary_factor"), cfg.get("rotary_pct"), params.get("partial_rotary_factor")):
+        if isinstance(factor, (int, float)) and not isinstance(factor, bool) and 0 < factor <= 1 and head:
+            return int(head * factor)
+    return head
+
+
+def config_values(
+    config: Mapping[str, Any],
+    fields: Iterable[str],
+    quantize_config: Optional[Mapping[str, Any]] = None,
+    tensor_parallel: int = 1,
+) -> Dict[str, List[str]]:
+    """{field path: its classes} for the `fields` the model code reads (inert ones left out),
+    plus the pseudo-fields. A field the file leaves out is left out here too: the engine then
+    reads its class's default, which every cell's save writes out."""
+    cfg = reading_config(config)
+    out: Dict[str, List[str]] = {}
+    for field in fields:
+        if field in INERT_FIELDS or field not in cfg:
+            continue
+        _leaves(field, cfg[field], out)
+    try:
+        head = detect_head_size(dict(config)).value
+    except Exception:  # noqa: B902 - a size nothing can read: judged unplaceable below
+        head = None
+    out[HEAD_SIZE] = [f"size:{head}" if head else "unknown"]
+    rotary = rotary_dim(cfg, head)
+    out[ROTARY_DIM] = [f"size:{rotary}" if rotary else "unknown"]
+    method = quantization_method(config, quantize_config)
+    out[QUANTIZATION] = ["str:" + method] if method else ["null"]
+    out[TENSOR_PARALLEL] = [f"size:{tensor_parallel}"]
+    return out
+
+
+def merge_coverage(into: Dict[str, List[str]], values: Mapping[str, List[str]]) -> None:
+    """Add one exact cell's values to a coverage table ({path: sorted classes seen})."""
+    for path, classes in values.items():
+        into[path] = sorted(set(into.get(path, [])) | set(classes))
+
+
+def uncovered(values: Mapping[str, List[str]], coverage: Mapping[str, List[str]]) -> List[str]:
+    """The `path=class` of every value no cell exercised, e.g. `hidden_act=str:gelu`."""
+    out = []
+    for path in sorted(values):
+        seen = coverage.get(path)
+        for cls in values[path]:
+            if seen is None or cls not in seen:
+                out.append(f"{path}={_readable(cls)}")
+    return out
+
+
+def _readable(cls: str) -> str:
+    """`str:gelu` -> `gelu`, `size:32` -> `32`, `num:0` -> `0`; the rest as it is."""
+    for prefix in ("str:", "size:", "item:str:"):
+        if cls.startswith(prefix):
+            return cls[len(prefix) :]
+    return {"num:0": "0", "num:+": "a positive number", "num:-": "a negative number"}.get(cls, cls)

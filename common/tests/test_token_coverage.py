@@ -1,0 +1,172 @@
+"""Deny by default: `tokens: proven` only where exact cells exercised every value the model code
+reads (at the tensor-parallel size asked, with the checkpoint's quantization), and a known
+difference fails the model wherever its culprit appears, whatever else the configuration says.
+
+The tables are baked by the matrix's own baker (conformance/report.py) from cells made here, and
+the fields are the generated common/model_fields.json, so these tests hold the real pipeline."""
+
+import json
+
+import pytest
+
+from common import conformance_cells
+from common.config_traits import config_traits
+from common.config_values import config_values, value_class
+from common.doctor import tokens_of
+from common.modeldir import ModelDir
+from common.profile import load_profile
+from common.rules.base import Context
+from common.rules.c1_conformance import RULE as C1
+from common.vllm_args import UserArgs
+from conformance.report import baked
+
+from .helpers import model_dir
+
+CARD, VLLM = "nv-a100", "0.11.0"
+CONTEXT = "256"
+MISTRAL = {
+    "architectures": ["MistralForCausalLM"],
+    "model_type": "mistral",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "max_position_embeddings": 4096,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "vocab_size": 512,
+    "transformers_version": "4.57.6",
+}
+
+
+def fields(arch):
+    return conformance_cells.fields_table()["engines"][VLLM][arch]
+
+
+def result_cell(config, result, variant, tp=1, **extra):
+    """A cell of results.json as conformance/matrix.py writes it for `config`."""
+    arch = config["architectures"][0]
+    return dict(
+        architecture=arch,
+        variant=variant,
+        card=CARD,
+        vllm=VLLM,
+        saved_by=config["transformers_version"],
+        result=result,
+        tp=tp,
+        traits=config_traits(config, CONTEXT),
+        values=config_values(config, fields(arch), None, tp),
+        **extra,
+    )
+
+
+@pytest.fixture
+def cells(monkeypatch):
+    """Bake these results cells into the table doctor and C1 read."""
+
+    def bake(*rows):
+        data = baked({"cells": list(rows)})
+        monkeypatch.setattr(conformance_cells, "_TABLE", data)
+        return data
+
+    return bake
+
+
+def c1(tmp_path, config):
+    model = model_dir(tmp_path / "c1", {"config.json": config})
+    ctx = Context(ModelDir(str(model)), load_profile(CARD), {}, UserArgs(["--max-model-len", CONTEXT]), {})
+    return [f.to_json() for f in C1.check(ctx).findings]
+
+
+def judge(config, tp=1, quantize=None):
+    return conformance_cells.judge(CARD, config, CONTEXT, tp, quantize)
+
+
+def test_the_field_table_is_read_from_the_model_code():
+    # vLLM's Llama refuses an activation other than SiLU and reads the rope fields; the author's
+    # reads the MLP bias: each shows up although no one listed it.
+    llama = fields("LlamaForCausalLM")
+    assert {"hidden_act", "rope_scaling", "rope_theta", "mlp_bias", "num_key_value_heads"} <= set(llama)
+    assert "sliding_window" in fields("MistralForCausalLM")
+    # Every engine generation has its own table, and the backports are in 0.5.5's.
+    engines = conformance_cells.fields_table()["engines"]
+    assert set(engines) == {"0.5.5", "0.11.0", "0.32.0"}
+    assert "Qwen3_5ForCausalLM" in engines["0.5.5"] and "query_pre_attn_scalar" in engines["0.5.5"]["Gemma3ForCausalLM"]
+
+
+def test_value_classes_keep_categories_and_the_sign_of_numbers():
+    assert value_class("silu") == ["str:silu"] and value_class(True) == ["true"] and value_class(None) == ["null"]
+    assert value_class(4096) == value_class(1e6) == ["num:+"] and value_class(0) == ["num:0"]
+    assert value_class([1.0, 2.5]) == ["list:num"]
+    assert value_class(["sliding_attention", "full_attention"]) == ["item:str:full_attention", "item:str:sliding_attention"]
+
+
+def test_a_value_no_exact_cell_exercised_keeps_the_model_unproven_and_is_named(cells):
+    cells(result_cell(MISTRAL, "exact", "mistral"))
+    assert judge(MISTRAL) == ("proven", conformance_cells.table()["cards"][CARD]["cells"][0], [])
+    # Other widths, eps and theta take the same code path: still proven.
+    wider = dict(MISTRAL, hidden_size=4096, intermediate_size=14336, num_attention_heads=64, rms_norm_eps=1e-6, rope_theta=1e6)
+    assert judge(wider)[0] == "proven"
+    gelu = dict(MISTRAL, hidden_act="gelu")
+    assert judge(gelu)[0] == "unproven" and judge(gelu)[2] == ["hidden_act=gelu"]
+    dynamic = dict(MISTRAL, rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    tokens, _, open_list = judge(dynamic)
+    assert tokens == "unproven" and "rope_scaling.rope_type=dynamic" in open_list
+    # The sizes a kernel dispatches on are values of their own: head size 32, a rotary dim of 16.
+    narrow = dict(MISTRAL, head_dim=32)
+    assert "@head_size=32" in judge(narrow)[2] and "@rotary_dim=32" in judge(narrow)[2]
+    partial = dict(MISTRAL, partial_rotary_factor=0.25)
+    assert "@rotary_dim=16" in judge(partial)[2]
+
+
+def test_quantized_checkpoints_and_other_tensor_parallel_sizes_need_cells_of_their_own(cells):
+    cells(result_cell(MISTRAL, "exact", "mistral"))
+    awq = dict(MISTRAL, quantization_config={"quant_method": "awq", "bits": 4})
+    assert "@quantization=awq" in judge(awq)[2]
+    # AutoGPTQ's quantize_config.json, which vLLM reads as GPTQ.
+    assert judge(MISTRAL, quantize={"bits": 4, "group_size": 128})[2] == ["@quantization=gptq"]
+    assert judge(MISTRAL, tp=2)[2] == ["@tensor_parallel_size=2"]
+    cells(result_cell(MISTRAL, "exact", "mistral"), result_cell(MISTRAL, "exact", "mistral", tp=2))
+    assert judge(MISTRAL, tp=2)[0] == "proven"
+
+
+def test_a_known_difference_fails_the_model_wherever_its_culprit_appears(cells, tmp_path):
+    windowed = dict(MISTRAL, sliding_window=64)
+    cells(result_cell(MISTRAL, "exact", "mistral"), result_cell(windowed, "differs", "mistral-window", first_difference=3))
+    baked_cell = conformance_cells.table()["cards"][CARD]["cells"][1]
+    assert baked_cell["culprit"] == {"window": "all"}
+    # Tied embeddings and another window size: no cell has these traits, and still C1 fails it.
+    mine = dict(windowed, sliding_window=100, tie_word_embeddings=True)
+    [finding] = c1(tmp_path, mine)
+    assert finding["code"] == "C1" and finding["severity"] == "error" and "mistral-window" in finding["message"]
+    assert judge(mine)[0] == "differs"
+    # Without the window the model is not that cell's; it is unproven (its tied head no cell ran).
+    assert c1(tmp_path, dict(MISTRAL, tie_word_embeddings=True)) == []
+    assert judge(dict(MISTRAL, tie_word_embeddings=True))[0] == "unproven"
+
+
+def test_a_culprit_is_widened_until_no_exact_cell_shares_it(cells, tmp_path):
+    windowed = dict(MISTRAL, sliding_window=64)
+    cells(
+        result_cell(MISTRAL, "exact", "mistral"),
+        result_cell(dict(windowed, tie_word_embeddings=True), "exact", "mistral-window-tied"),
+        result_cell(windowed, "differs", "mistral-window"),
+    )
+    culprit = conformance_cells.table()["cards"][CARD]["cells"][2]["culprit"]
+    assert culprit == {"tied": False, "window": "all"}
+    # The window alone is no culprit (an exact cell has it tied); window and untied head are.
+    assert c1(tmp_path, dict(windowed, tie_word_embeddings=True)) == []
+    assert [f["code"] for f in c1(tmp_path, dict(windowed, sliding_window=100))] == ["C1"]
+
+
+def test_doctor_names_what_stays_open(cells, tmp_path):
+    cells(result_cell(MISTRAL, "exact", "mistral"))
+    gelu = model_dir(tmp_path / "gelu", {"config.json": dict(MISTRAL, hidden_act="gelu")})
+    data = {"model_dir": str(gelu), "card": CARD, "user_args": ["--max-model-len", CONTEXT, "-tp", "2"]}
+    tokens, cell, open_list = tokens_of(data)
+    assert tokens == "unproven" and open_list == ["@tensor_parallel_size=2", "hidden_act=gelu"]
+    assert json.dumps(open_list)  # the JSON contract carries it as a list of strings

@@ -1,0 +1,261 @@
+"""Which configuration fields each architecture's model code reads, from the source itself.
+
+doctor promises `tokens: proven` only where every configuration value that the engine's model
+code (and the author's, whose function the engine must compute) reads for the model's
+architecture was exercised by an exact conformance cell (common/conformance_cells.py). Which
+fields those are is read here from the code, never listed by hand: the engine's model module of
+each registered architecture (vLLM's registry maps it to a module and class) and the model modules
+it imports, the image's backport of that architecture where the plugin registers one, and the
+author's transformers modeling file that defines the class. A field is read where the code says
+`config.NAME`, `self.config.NAME`, `hf_config.NAME`, `text_config.NAME` (and the like), or
+`getattr(config, "NAME", ...)`.
+
+The sources are read as text (ast), never imported: the engine venvs' vLLM, the author venv's
+transformers, and common/vllm_plugin. Output: common/model_fields.json, per engine generation
+and architecture, the sorted union of the fields its engine, backport and author read.
+
+usage: python -m compat_build.model_fields [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "common" / "model_fields.json"
+BACKPORTS = ROOT / "common" / "vllm_plugin" / "compat_backports"
+# The engine generations and the venv each is read from (conformance/cases.py runs the same).
+ENGINE_VENVS = {"0.5.5": ".venv-engine055", "0.11.0": ".venv-engine", "0.32.0": ".venv-engine-next"}
+AUTHOR_VENV = ".venv-author"
+# Sibling modules of the models package that hold no model code of their own (wrappers that turn
+# any model into a pooling one, interfaces, helpers, the registry, vision towers).
+GENERIC_SIBLINGS = frozenset(("adapters", "interfaces", "interfaces_base", "utils", "registry", "__init__", "module_mapping", "vision"))
+# Names a model file gives the model's configuration (or its language model's).
+CONFIG_NAMES = frozenset(("config", "hf_config", "text_config", "hf_text_config", "model_config_hf", "lm_config", "llm_config"))
+# Attributes of a config that are no field of config.json: methods and transformers' own state.
+NOT_FIELDS = frozenset(
+    (
+        "get_text_config",
+        "to_dict",
+        "to_json_string",
+        "get",
+        "update",
+        "keys",
+        "items",
+        "text_config",
+        "vision_config",
+        "audio_config",
+        "hf_config",
+        "hf_text_config",
+        "_attn_implementation",
+        "_attn_implementation_internal",
+        "__class__",
+        "__dict__",
+        "name_or_path",
+        "_name_or_path",
+        "architectures",
+        "model_type",
+    )
+)
+
+
+def site_packages(venv: Path) -> Optional[Path]:
+    found = sorted(venv.glob("lib/python3*/site-packages"))
+    return found[0] if found else None
+
+
+def _config_chain(node: ast.AST) -> bool:
+    """Whether `node` names a configuration: config, self.config, x.hf_config, config.text_config."""
+    if isinstance(node, ast.Name):
+        return node.id in CONFIG_NAMES
+    if isinstance(node, ast.Attribute):
+        return node.attr in CONFIG_NAMES
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def file_fields(path: Path) -> FrozenSet[str]:
+    return frozenset(fields_read(path.read_text(encoding="utf-8", errors="replace")))
+
+
+def fields_read(source: str) -> Set[str]:
+    """The configuration fields a module's code reads."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    found: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _config_chain(node.value):
+            found.add(node.attr)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and _config_chain(node.args[0])
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            found.add(node.args[1].value)
+    return {f for f in found if f not in NOT_FIELDS and not f.startswith("__")}
+
+
+def _imported_siblings(source: str, package: str) -> List[str]:
+    """Modules of the same models package that `source` imports from (relative or absolute)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.level == 1:
+                out.append(node.module.split(".")[0])
+            elif node.level == 0 and node.module.startswith(package + "."):
+                out.append(node.module[len(package) + 1 :].split(".")[0])
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _module(path: Path, package: str) -> Tuple[FrozenSet[str], Tuple[str, ...]]:
+    """(fields read, sibling modules imported) of one file, parsed once."""
+    source = path.read_text(encoding="utf-8", errors="replace")
+    return frozenset(fields_read(source)), tuple(_imported_siblings(source, package))
+
+
+def module_fields(directory: Path, module: str, package: str, seen: Optional[Set[str]] = None) -> Set[str]:
+    """Fields read by `module` of `directory` and by the sibling modules it imports."""
+    seen = set() if seen is None else seen
+    if module in seen:
+        return set()
+    seen.add(module)
+    path = directory / f"{module}.py"
+    if not path.is_file():
+        return set()
+    fields, siblings = _module(path, package)
+    found = set(fields)
+    for sibling in siblings:
+        if sibling not in GENERIC_SIBLINGS:
+            found |= module_fields(directory, sibling, package, seen)
+    return found
+
+
+def registry(models: Path) -> Dict[str, str]:
+    """architecture -> module of vLLM's model registry (0.5.5's models/__init__.py, later
+    registry.py): the dicts of `"Arch": ("module", "Class")`."""
+    out: Dict[str, str] = {}
+    for name in ("__init__.py", "registry.py"):
+        path = models / name
+        if not path.is_file():
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Dict):
+                continue
+            for key, value in zip(node.keys, node.values):
+                if (
+                    isinstance(key, ast.Constant)
+                    and isinstance(key.value, str)
+                    and isinstance(value, ast.Tuple)
+                    and len(value.elts) >= 2
+                    and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts[:2])
+                ):
+                    out.setdefault(key.value, value.elts[0].value)  # type: ignore[union-attr]
+    return out
+
+
+def class_index(files: Iterable[Path]) -> Dict[str, Path]:
+    """class name -> the file that defines it (first found)."""
+    out: Dict[str, Path] = {}
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for line in text.splitlines():
+            if line.startswith("class "):
+                name = line[6:].split("(", 1)[0].split(":", 1)[0].strip()
+                out.setdefault(name, path)
+    return out
+
+
+def backport_modules() -> Dict[str, str]:
+    """architecture -> backport module of the image's plugin (its table, read as text)."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from common.vllm_plugin.compat_backports import BACKPORTS as table
+    finally:
+        sys.path.pop(0)
+    return {arch: backport.module for arch, backport in table.items()}
+
+
+def author_fields(author: Path, architectures: Iterable[str]) -> Dict[str, Set[str]]:
+    """architecture class -> fields its author's modeling file reads (transformers 5)."""
+    models = author / "transformers" / "models"
+    index = class_index(sorted(models.glob("*/modeling_*.py")))
+    return {name: set(file_fields(index[name])) for name in architectures if name in index}
+
+
+def engine_fields(engine: Path, architectures: Iterable[str]) -> Dict[str, Set[str]]:
+    models = engine / "vllm" / "model_executor" / "models"
+    table = registry(models)
+    out: Dict[str, Set[str]] = {}
+    for arch in architectures:
+        module = table.get(arch)
+        if module:
+            out[arch] = module_fields(models, module, "vllm.model_executor.models")
+    return out
+
+
+def generate(root: Path = ROOT) -> Dict[str, Dict[str, List[str]]]:
+    """The table for every engine generation whose venv is built here."""
+    author_site = site_packages(root / AUTHOR_VENV)
+    if author_site is None:
+        raise SystemExit(f"model_fields: no {AUTHOR_VENV}; `make author-env` builds it")
+    backports = backport_modules()
+    registries = {}
+    for vllm, venv in ENGINE_VENVS.items():
+        site = site_packages(root / venv)
+        if site is None:
+            raise SystemExit(f"model_fields: no {venv}; `make envs` builds it")
+        registries[vllm] = (site, registry(site / "vllm" / "model_executor" / "models"))
+    author = author_fields(author_site, set(backports).union(*(set(r) for _, r in registries.values())))
+    out: Dict[str, Dict[str, List[str]]] = {}
+    for vllm, (site, registered) in registries.items():
+        archs = sorted(set(registered) | set(backports))
+        engine = engine_fields(site, archs)
+        table: Dict[str, List[str]] = {}
+        for arch in archs:
+            fields = set(engine.get(arch, set())) | author.get(arch, set())
+            if arch in backports and arch not in registered:
+                fields |= module_fields(BACKPORTS, backports[arch], "common.vllm_plugin.compat_backports")
+            if fields:
+                table[arch] = sorted(fields)
+        out[vllm] = table
+    return out
+
+
+def render(table: Dict[str, Dict[str, List[str]]]) -> str:
+    return json.dumps({"source": "python -m compat_build.model_fields (make profiles)", "engines": table}, indent=1, sort_keys=True) + "\n"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m compat_build.model_fields")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the committed table differs from the sources")
+    opts = parser.parse_args(argv)
+    text = render(generate())
+    if opts.check:
+        if OUT.read_text(encoding="utf-8") != text:
+            print(f"model_fields: {OUT.relative_to(ROOT)} is stale; run `python -m compat_build.model_fields`", file=sys.stderr)
+            return 1
+        return 0
+    OUT.write_text(text, encoding="utf-8")
+    print(f"model_fields: wrote {OUT.relative_to(ROOT)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
