@@ -31,6 +31,7 @@ from common.vllm_args import UserArgs
 from tests.engine import COMMON_ENV
 
 from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, load_cases
+from .fingerprint import fingerprint
 from .models import ensure, model_dir, record
 
 RESULTS = Path(__file__).resolve().parent / "results.json"
@@ -72,6 +73,9 @@ def plan_cells(engine: Engine, cases: Sequence[Dict[str, Any]], work: Path) -> L
                 cells.append(
                     {
                         "id": cid,
+                        "key": (case["name"], rec["transformers"], card),
+                        # Taken before the run: the code the cell runs, not what the tree holds after.
+                        "fingerprint": fingerprint(case, saver, engine, card),
                         "card": card,
                         "saver": saver,
                         "model": env["MODEL_DIR"],
@@ -254,25 +258,64 @@ def run(
     jobs: int = 2,
     keep: bool = False,
     progress: Any = None,
+    everything: bool = False,
 ) -> Dict[str, Any]:
-    """Run the chosen cells (every one by default), merge them into results.json, bake the cells
-    doctor reads, let doctor judge every model on every card, and write the README table."""
+    """Run the chosen cells, merge them into results.json, bake the cells doctor reads, let doctor
+    judge every model on every card, and write the README table. Chosen: the cells of the named
+    cases and engines; with no names, the cells not yet run or whose fingerprint no longer
+    matches the code (every cell with `everything`)."""
     from .report import write_readme
 
     progress = progress or _stderr
     started = time.monotonic()
     engines = [ENGINES[v] for v in (engine_names or ENGINES)]
-    cells_run = run_cells(select_cases(case_names), engines, jobs, keep, progress)
+    whole = everything and not case_names and not engine_names
+    only = None
+    if not case_names and not engine_names and not everything:
+        committed = committed_fingerprints()
+        only = lambda cell: committed.get(cell["key"]) != cell["fingerprint"]  # noqa: E731
+    cells_run = run_cells(select_cases(case_names), engines, jobs, keep, progress, only)
     elapsed = time.monotonic() - started
     results = merge(cells_run, engines)
     results["last_run"] = {"cells": len(cells_run), "seconds": round(elapsed, 1), "jobs": jobs}
-    if not case_names and not engine_names:  # the whole matrix: the figure make bench reports
+    if whole:  # the whole matrix: the figure make bench reports
         results["full_run"] = results["last_run"]
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")  # the engine's answers kept, whatever judging does
     judge_all(results, progress)
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     write_readme(results)
     return results
+
+
+def committed_fingerprints(path: Path = RESULTS) -> Dict[Tuple[str, str, str], Optional[str]]:
+    """(case, saved_by, card) -> the fingerprint of the committed cell (None: it has none)."""
+    cells = json.loads(path.read_text()).get("cells", []) if path.exists() else []
+    return {(c["variant"], c["saved_by"], c["card"]): c.get("fingerprint") for c in cells}
+
+
+def stale(results: Dict[str, Any]) -> List[str]:
+    """The committed cells that do not prove the code as it is: a fingerprint that no longer
+    matches (or none), a case or card gone, a case with no cell on an engine. Reads no model and
+    starts nothing: what `make test` checks."""
+    cases = {c["name"]: c for c in load_cases()}
+    engine_of = {card: e for e in ENGINES.values() for card in e.cards}
+    out = []
+    ran = set()
+    for cell in results.get("cells", []):
+        name, card, saved_by = cell["variant"], cell["card"], cell["saved_by"]
+        case, engine = cases.get(name), engine_of.get(card)
+        where = f"{name} saved by {saved_by} on {card}"
+        if case is None or engine is None:
+            out.append(f"{where}: its {'case' if case is None else 'card'} is gone")
+            continue
+        ran.add((name, engine.vllm))
+        saver = {v: s for s, v in results.get("models", {}).get(name, {}).items()}.get(saved_by)
+        if saver is None:
+            out.append(f"{where}: no saver of the case is transformers {saved_by}")
+        elif cell.get("fingerprint") != fingerprint(case, saver, engine, card):
+            out.append(f"{where}: {'its code changed' if cell.get('fingerprint') else 'no fingerprint'}")
+    out += [f"{n} on vLLM {e}: no cell yet" for n in cases for e in ENGINES if (n, e) not in ran]
+    return out
 
 
 def judge_all(results: Dict[str, Any], progress: Any) -> None:
@@ -342,6 +385,7 @@ def collect(
             if result.get("same_start_as"):
                 row["same_start_as"] = result["same_start_as"]
             row["seconds"] = result.get("seconds")
+            row["fingerprint"] = cell["fingerprint"]
             config = json.loads((Path(cell["model"]) / "config.json").read_text())
             row["traits"] = config_traits(config, max_model_len_of(cell["args"]))
             row["values"] = cell_values(config, vllm, case["architecture"], row.get("tp", 1))

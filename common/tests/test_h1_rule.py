@@ -236,7 +236,9 @@ def test_doctor_checks_h1_against_the_engines_own_file(tmp_path, env_for_tests):
     """BI-100's start-time patch is checked in the engine's Python (the real vLLM 0.5.5 here),
     not in the one running doctor; without the engine's Python the verdict is unknown."""
     model = model_dir(tmp_path / "m", {"config.json": llama(hidden=384, heads=8)})  # head size 48
-    env = dict(env_for_tests, COMPAT_ENGINE_PYTHON=str(ENGINE055_PYTHON))
+    # C1 off: the CPU build crashed on the matrix's narrow heads, so C1 calls this model's tokens
+    # unverified there; this test is about where H1's patch is checked.
+    env = dict(env_for_tests, COMPAT_ENGINE_PYTHON=str(ENGINE055_PYTHON), COMPAT_SKIP="MB,C1")
     result = run_common(["doctor", str(model), "--card", "iluvatar-bi100", "--json"], env)
     data = json.loads(result.stdout)
     [repair] = [r for r in data["repairs"] if r["code"] == "H1"]

@@ -1,0 +1,198 @@
+"""What a cell ran, as one hash: its case and saver, its engine venv, and the project files on its
+start path. A committed cell whose fingerprint no longer matches the code is stale: its result
+proves code that is gone (`python -m conformance stale` names them; `make conformance` re-runs them).
+
+The start path of a cell is what the image runs for that model on that card:
+- the launcher and every project module it imports (found from the source, not listed by hand),
+  and every rule that repairs (the registry imports rules by name, so the import graph cannot see
+  them). A rule that only finds ("runtime check": KV, C1, CTX, ...) is not on the path, nor what
+  only it imports: the launcher execs the engine whatever the findings say, so a check cannot
+  change what a cell ran;
+- the vLLM plugin the engine loads in every process, the shims of vendor modules, and the
+  backport of the cell's architecture where there is one, with what each imports;
+- the card's own files and its engine profile;
+- the engine venv's spec (envs/<name>/: versions, the harness patches of the CPU stand-in) and the
+  worker that drives the engine.
+
+C1's scope (C1_ARCHITECTURES in common/rules/__init__.py) is left out: it is written from the
+cells' results by `python -m conformance judge`, so it is their verdict, not their path.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
+
+from .cases import ROOT, Engine, case_key
+
+COMMON = ROOT / "common"
+PLUGIN = COMMON / "vllm_plugin"
+BACKPORTS = PLUGIN / "compat_backports"
+# Where an absolute import may resolve: the checkout (common.x, tests.x) and the plugin directory,
+# which is on the engine's PYTHONPATH (compat_backports.x).
+IMPORT_ROOTS = (ROOT, PLUGIN)
+LAUNCH_ROOTS = (COMMON / "launch.py", ROOT / "conformance" / "engine_worker.py", ROOT / "tests" / "engine.py")
+EXCLUDED_ASSIGNMENTS = {COMMON / "rules" / "__init__.py": "C1_ARCHITECTURES"}
+
+
+def _module_file(base: Path, dotted: str) -> Optional[Path]:
+    path = base.joinpath(*dotted.split(".")) if dotted else base
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imports(path: Path) -> List[Path]:
+    """The project files `path` imports (its packages' __init__ files included)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return []
+    out: List[Path] = []
+
+    def absolute(dotted: str) -> None:
+        parts = dotted.split(".")
+        for base in IMPORT_ROOTS:
+            found = [f for i in range(1, len(parts) + 1) if (f := _module_file(base, ".".join(parts[:i])))]
+            if found:
+                out.extend(found)
+                return
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                absolute(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = path.parent
+                for _ in range(node.level - 1):
+                    package = package.parent
+                target = _module_file(package, node.module or "")
+                if target:
+                    out.append(target)
+                for alias in node.names:  # `from . import x` names modules, not attributes
+                    sub = _module_file(package, ".".join(filter(None, [node.module, alias.name])))
+                    if sub:
+                        out.append(sub)
+            elif node.module:
+                absolute(node.module)
+                for alias in node.names:
+                    absolute(f"{node.module}.{alias.name}")
+    return out
+
+
+@lru_cache(maxsize=None)
+def closure(roots: Tuple[Path, ...], stops: FrozenSet[Path] = frozenset()) -> FrozenSet[Path]:
+    """`roots` and every project file they import, transitively, not through `stops`."""
+    seen = set()
+    todo = list(roots)
+    while todo:
+        path = todo.pop()
+        if path in seen or path in stops or not path.is_file():
+            continue
+        seen.add(path)
+        if path.suffix == ".py":
+            todo.extend(_imports(path))
+    return frozenset(seen)
+
+
+def _files_under(folder: Path, suffixes: Iterable[str] = ()) -> Tuple[Path, ...]:
+    wanted = tuple(suffixes)
+    return tuple(
+        sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts and (not wanted or p.suffix in wanted))
+    )
+
+
+@lru_cache(maxsize=None)
+def check_only_rules() -> FrozenSet[Path]:
+    """The rule modules whose rules only find (kind "runtime check"), never repair."""
+    import importlib
+    import inspect
+
+    from common.rules.base import Rule
+
+    out = set()
+    for path in _files_under(COMMON / "rules", (".py",)):
+        if path.stem in ("__init__", "base"):
+            continue
+        module = importlib.import_module(f"common.rules.{path.stem}")
+        kinds = {
+            c.kind
+            for c in vars(module).values()
+            if inspect.isclass(c) and issubclass(c, Rule) and c is not Rule and c.__module__ == module.__name__
+        }
+        if kinds == {"runtime check"}:
+            out.add(path)
+    return frozenset(out)
+
+
+def _backport_module(architecture: str) -> Optional[Path]:
+    """The backport file of `architecture`, from the plugin's table (standard library only)."""
+    import importlib
+
+    backports = importlib.import_module("common.vllm_plugin.compat_backports")
+    entry = backports.BACKPORTS.get(architecture)
+    return BACKPORTS / f"{entry.module}.py" if entry is not None else None
+
+
+def path_files(card: str, architecture: str) -> List[Path]:
+    """The project files on the start path of `architecture` on `card` (see the module's doc)."""
+    roots = list(LAUNCH_ROOTS)
+    roots += _files_under(COMMON / "rules", (".py",))
+    roots += [p for p in PLUGIN.glob("*.py")]
+    roots += [BACKPORTS / "__init__.py", *_files_under(PLUGIN / "compat_configs", (".py",))]
+    backport = _backport_module(architecture)
+    if backport is not None:
+        roots.append(backport)
+    stops = check_only_rules()
+    files = set(closure(tuple(sorted(set(roots) - stops)), stops))
+    files.update(_files_under(COMMON / "shims"))
+    files.add(COMMON / "entrypoint.sh")
+    card_dir = ROOT / "cards" / card.split("@")[0]
+    files.update(p for p in _files_under(card_dir) if p.name != "task_info.env")  # task_info.env: rendered, read by CI only
+    files.add(COMMON / "profiles" / f"{card}.json")
+    return sorted(p for p in files if p.is_file())
+
+
+def _source_bytes(path: Path) -> bytes:
+    data = path.read_bytes()
+    name = EXCLUDED_ASSIGNMENTS.get(path)
+    if name is None:
+        return data
+    text = data.decode("utf-8")
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    for node in tree.body:
+        targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            del lines[node.lineno - 1 : node.end_lineno]
+            break
+    return "".join(lines).encode("utf-8")
+
+
+@lru_cache(maxsize=None)
+def _file_hash(path: Path) -> str:
+    return hashlib.sha256(_source_bytes(path)).hexdigest()
+
+
+def venv_spec(venv: str) -> str:
+    """The hash of an engine venv's spec (envs/<name>/, as scripts/make-venv.sh keys its cache)."""
+    name = venv.lstrip(".").removeprefix("venv-")
+    h = hashlib.sha256()
+    for path in _files_under(ROOT / "envs" / name):
+        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    h.update((ROOT / "scripts" / "make-venv.sh").read_bytes())
+    return h.hexdigest()[:16]
+
+
+def fingerprint(case: Dict, saver: str, engine: Engine, card: str) -> str:
+    """One cell's fingerprint: 16 hex digits."""
+    h = hashlib.sha256()
+    h.update(f"case {case_key(case, saver)}\nengine {engine.vllm} {venv_spec(engine.venv)}\n".encode())
+    for path in path_files(card, case["architecture"]):
+        h.update(f"{path.relative_to(ROOT)} {_file_hash(path)}\n".encode())
+    return h.hexdigest()[:16]
