@@ -14,8 +14,8 @@ help:
 	@echo "make test-fast   unit and integration tests without starting vLLM"
 	@echo "make fuzz        the property-based red-line suite at 10,000+ random examples"
 	@echo "make bench       preflight speed figures"
-	@echo "make profiles    regenerate common/profiles/*.json from build_matrix.toml and the engine venvs"
-	@echo "make conformance every architecture x engine generation cell, tokens against the author's transformers"
+	@echo "make profiles    regenerate common/profiles/*.json and common/model_fields.json from build_matrix.toml and the engine venvs"
+	@echo "make conformance the conformance cells not yet run or whose code changed (tokens against the author's transformers)"
 	@echo "make render      build contexts of every card into build/<card>/ (and cards/*/task_info.env)"
 	@echo "make build CARD=nv-a100   build a card image with Docker (CARD=all for every card)"
 	@echo "make images     every card image built on local stand-ins of the vendor bases (starts a Docker daemon if none answers)"
@@ -93,8 +93,9 @@ test-fast: venv author-env upstream-src
 
 # The conformance matrix (conformance/README.md): every case on every card's engine, through the
 # card's launcher; writes conformance/results.json, its README table and the cells doctor reads.
+# Only the cells not yet run or whose fingerprint no longer matches the code (CONFORMANCE_ARGS=--all: every one).
 conformance: venv author-env engine-env engine055-env engine-next-env
-	@$(PY) -m conformance run
+	@$(PY) -m conformance run $(CONFORMANCE_ARGS)
 
 # The committed fixture models the unit tests read, made again by their authors' transformers.
 fixtures: venv author-env engine055-env
@@ -114,11 +115,13 @@ bench: venv
 bench-images: venv engine-env engine055-env engine-next-env
 	@$(WITH_DOCKER) $(PY) scripts/bench_images.py
 
-profiles: venv engine-env engine055-env engine-next-env
+profiles: venv author-env engine-env engine055-env engine-next-env
 	$(PY) -m compat_build.profiles
+	$(PY) -m compat_build.model_fields
 
-profiles-check: venv engine-env engine055-env engine-next-env
+profiles-check: venv author-env engine-env engine055-env engine-next-env
 	$(PY) -m compat_build.profiles --check
+	$(PY) -m compat_build.model_fields --check
 
 render: venv
 	@$(PY) -m compat_build.task_info

@@ -111,9 +111,7 @@ def failing_cell(card: str, config: Mapping[str, Any], max_model_len: Optional[s
     return None
 
 
-def open_values(
-    card: str, config: Mapping[str, Any], tp: int = 1, quantize_config: Optional[Mapping[str, Any]] = None
-) -> List[str]:
+def open_values(card: str, config: Mapping[str, Any], tp: int = 1, quantize_config: Optional[Mapping[str, Any]] = None) -> List[str]:
     """What of the model's configuration no exact cell of its architecture and saver on `card`
     exercised (`field=value`): empty only when every value its model code reads is covered."""
     entry, arch = _card(card), _architecture(config)

@@ -115,6 +115,8 @@ def row_of(model: str, card: str, data: Dict[str, Any]) -> Dict[str, Any]:
         "args": data["args"],
         "env": data["env"],
         "tokens": data.get("tokens", "unproven"),
+        # What no exact cell covered (`field=value`): why tokens are not proven.
+        "tokens_open": data.get("tokens_open") or [],
         "memory": data.get("memory"),
         # What decides the verdict, each finding with its message (MB carries the engine's own).
         "findings": [f for f in data["findings"] if f["severity"] in ("error", "unverified")],
@@ -134,6 +136,7 @@ def error_row(model: str, card: str, message: str) -> Dict[str, Any]:
         "args": [],
         "env": {},
         "tokens": "unproven",
+        "tokens_open": [],
         "memory": None,
         "findings": [],
         "error": message,
@@ -232,6 +235,15 @@ def totals(rows: Sequence[Dict[str, Any]], card: str) -> Dict[str, int]:
     }
 
 
+def _tokens_cell(row: Dict[str, Any]) -> str:
+    """`proven`, or `unproven` with the first values no exact cell covered."""
+    tokens, open_values = row.get("tokens") or "-", row.get("tokens_open") or []
+    if not open_values:
+        return tokens
+    more = f" and {len(open_values) - 2} more" if len(open_values) > 2 else ""
+    return f"{tokens}: {', '.join(open_values[:2])}{more}"
+
+
 def markdown(report: Dict[str, Any]) -> str:
     cards = report["cards"]
     lines = [f"doctor: {len(report['models'])} models on {', '.join(cards)}", ""]
@@ -239,7 +251,7 @@ def markdown(report: Dict[str, Any]) -> str:
     for row in report["rows"]:
         codes = _outcome(row)[len(row["state"]) :].strip(" ()") if row["state"] != "error" else row["error"]
         lines.append(
-            f"| {_cell(row['model'])} | {row['card']} | {row['state']} | {_cell(codes) or '-'} | {row.get('tokens') or '-'} "
+            f"| {_cell(row['model'])} | {row['card']} | {row['state']} | {_cell(codes) or '-'} | {_cell(_tokens_cell(row))} "
             f"| {_cell(_memory_cell(row.get('memory')))} |"
         )
     lines += [

@@ -79,7 +79,7 @@ def _config_chain(node: ast.AST) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def file_fields(path: Path) -> FrozenSet[str]:
     return frozenset(fields_read(path.read_text(encoding="utf-8", errors="replace")))
 
@@ -123,7 +123,7 @@ def _imported_siblings(source: str, package: str) -> List[str]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module(path: Path, package: str) -> Tuple[FrozenSet[str], Tuple[str, ...]]:
     """(fields read, sibling modules imported) of one file, parsed once."""
     source = path.read_text(encoding="utf-8", errors="replace")
@@ -158,7 +158,7 @@ def registry(models: Path) -> Dict[str, str]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(node, ast.Dict):
                 continue
-            for key, value in zip(node.keys, node.values):
+            for key, value in zip(node.keys, node.values, strict=True):
                 if (
                     isinstance(key, ast.Constant)
                     and isinstance(key.value, str)

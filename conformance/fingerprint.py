@@ -14,6 +14,11 @@ The start path of a cell is what the image runs for that model on that card:
 - the engine venv's spec (envs/<name>/: versions, the harness patches of the CPU stand-in) and the
   worker that drives the engine.
 
+doctor's verdict on each cell's model (the `doctor` of each cell) is of doctor's code as a whole:
+`doctor_fingerprint` (doctor, its checks and the engine-side model build, every rule, the data
+doctor reads: the baked cells, the field table, the profiles, and the engine venvs' specs), kept
+as `judged_with` in results.json.
+
 C1's scope (C1_ARCHITECTURES in common/rules/__init__.py) is left out: it is written from the
 cells' results by `python -m conformance judge`, so it is their verdict, not their path.
 """
@@ -22,11 +27,11 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
-from .cases import ROOT, Engine, case_key
+from .cases import ENGINES, ROOT, Engine, case_key
 
 COMMON = ROOT / "common"
 PLUGIN = COMMON / "vllm_plugin"
@@ -85,7 +90,7 @@ def _imports(path: Path) -> List[Path]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def closure(roots: Tuple[Path, ...], stops: FrozenSet[Path] = frozenset()) -> FrozenSet[Path]:
     """`roots` and every project file they import, transitively, not through `stops`."""
     seen = set()
@@ -107,7 +112,7 @@ def _files_under(folder: Path, suffixes: Iterable[str] = ()) -> Tuple[Path, ...]
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def check_only_rules() -> FrozenSet[Path]:
     """The rule modules whose rules only find (kind "runtime check"), never repair."""
     import importlib
@@ -174,7 +179,7 @@ def _source_bytes(path: Path) -> bytes:
     return "".join(lines).encode("utf-8")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _file_hash(path: Path) -> str:
     return hashlib.sha256(_source_bytes(path)).hexdigest()
 
@@ -195,4 +200,19 @@ def fingerprint(case: Dict, saver: str, engine: Engine, card: str) -> str:
     h.update(f"case {case_key(case, saver)}\nengine {engine.vllm} {venv_spec(engine.venv)}\n".encode())
     for path in path_files(card, case["architecture"]):
         h.update(f"{path.relative_to(ROOT)} {_file_hash(path)}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def doctor_fingerprint() -> str:
+    """What doctor's verdicts on the cells' models depend on (the module's doc)."""
+    roots = [COMMON / "doctor.py", COMMON / "doctor_many.py", COMMON / "cli.py", COMMON / "model_build.py"]
+    roots += _files_under(COMMON / "checks", (".py",)) + _files_under(COMMON / "rules", (".py",))
+    files = set(closure(tuple(sorted(roots))))
+    files.update(COMMON.glob("*.json"))
+    files.update((COMMON / "profiles").glob("*.json"))
+    h = hashlib.sha256()
+    for engine in ENGINES.values():  # doctor asks the engines' Pythons
+        h.update(f"venv {engine.venv} {venv_spec(engine.venv)}\n".encode())
+    for path in sorted(files):
+        h.update(f"{path.relative_to(ROOT)} {hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
     return h.hexdigest()[:16]

@@ -31,7 +31,7 @@ from common.vllm_args import UserArgs
 from tests.engine import COMMON_ENV
 
 from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, load_cases
-from .fingerprint import fingerprint
+from .fingerprint import doctor_fingerprint, fingerprint
 from .models import ensure, model_dir, record
 
 RESULTS = Path(__file__).resolve().parent / "results.json"
@@ -315,6 +315,8 @@ def stale(results: Dict[str, Any]) -> List[str]:
         elif cell.get("fingerprint") != fingerprint(case, saver, engine, card):
             out.append(f"{where}: {'its code changed' if cell.get('fingerprint') else 'no fingerprint'}")
     out += [f"{n} on vLLM {e}: no cell yet" for n in cases for e in ENGINES if (n, e) not in ran]
+    if results.get("judged_with") != doctor_fingerprint():
+        out.append("doctor's verdicts on the cells: judged by other code (`python -m conformance judge` judges them again, no engine runs)")
     return out
 
 
@@ -345,6 +347,7 @@ def judge_all(results: Dict[str, Any], progress: Any) -> None:
         by_card.setdefault(cell["card"], {}).setdefault(model, []).append(cell)
     write_baked(results)
     progress("conformance: doctor on every model and card")
+    results["judged_with"] = doctor_fingerprint()  # taken before: the code that judges
     for card, models in by_card.items():
         verdicts = doctor_verdicts(card, sorted(models), progress)
         for model, cells in models.items():

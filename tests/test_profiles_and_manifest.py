@@ -2,6 +2,7 @@
 are exactly what the manifest plus a snapshot of the real engine packages give."""
 
 import copy
+import json
 import shutil
 import tomllib
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from common.profile import load_profile
-from compat_build import manifest, profiles
+from compat_build import manifest, model_fields, profiles
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -188,3 +189,15 @@ def test_a_card_variant_is_the_card_with_its_own_engine(tmp_path):
     card.write_text(card.read_text() + "[variants.bad]\ncolour = { x = 1 }\n")
     with pytest.raises(manifest.ManifestError, match=r"\[variants.bad\]: unknown section \[colour\]"):
         manifest.parse(raw(), str(cards))
+
+
+@pytest.mark.skipif(
+    not all((ROOT / v / "bin" / "python").exists() for v in (".venv-engine", ".venv-engine055", ".venv-engine-next", ".venv-author")),
+    reason="engine and author venvs not built: run `make envs`",
+)
+def test_the_committed_field_table_is_what_the_model_code_reads(capsys):
+    """common/model_fields.json (what each architecture's model code reads, per engine: the
+    fields doctor's `proven` must see covered) is the one the engines' and authors' sources give."""
+    assert model_fields.main(["--check"]) == 0, capsys.readouterr().out
+    table = json.loads((ROOT / "common" / "model_fields.json").read_text())["engines"]
+    assert "hidden_act" in table["0.5.5"]["LlamaForCausalLM"] and "rope_scaling" in table["0.11.0"]["LlamaForCausalLM"]

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from common import conformance_cells
+from common import conformance_cells, doctor_many
 from common.config_traits import config_traits
 from common.config_values import config_values, value_class
 from common.doctor import tokens_of
@@ -170,3 +170,15 @@ def test_doctor_names_what_stays_open(cells, tmp_path):
     tokens, cell, open_list = tokens_of(data)
     assert tokens == "unproven" and open_list == ["@tensor_parallel_size=2", "hidden_act=gelu"]
     assert json.dumps(open_list)  # the JSON contract carries it as a list of strings
+
+
+def test_doctor_many_rows_and_table_carry_what_stays_open(cells, tmp_path):
+    cells(result_cell(MISTRAL, "exact", "mistral"))
+    gelu = model_dir(tmp_path / "gelu", {"config.json": dict(MISTRAL, hidden_act="gelu", rope_theta=-1.0)})
+    data = {"model_dir": str(gelu), "card": CARD, "user_args": ["--max-model-len", CONTEXT, "-tp", "2"]}
+    tokens, _, open_list = tokens_of(data)
+    plan = {"verdict": "starts", "repairs": [], "findings": [], "failing": [], "unverified": [], "args": [], "env": {}}
+    row = doctor_many.row_of(str(gelu), CARD, dict(plan, tokens=tokens, tokens_open=open_list))
+    assert row["tokens"] == "unproven" and row["tokens_open"] == open_list and len(open_list) == 3
+    table = doctor_many.markdown({"models": [str(gelu)], "cards": {}, "rows": [row]})
+    assert f"| unproven: {open_list[0]}, {open_list[1]} and 1 more |" in table
