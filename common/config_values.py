@@ -61,6 +61,11 @@ INERT_FIELDS = frozenset(
         "tie_word_embeddings",  # a trait of its own (config_traits.py), judged there
     )
 )
+# A field its switch turns off, for the engines and the author's code alike: Qwen2's
+# `sliding_window` is read only when `use_sliding_window` is true (vLLM 0.5.5's
+# ModelConfig.get_hf_config_sliding_window, transformers 5's layer_types), so published Qwen2.5
+# configs' 131072 under `use_sliding_window: false` is no window at all: classed as null.
+SWITCHED_OFF_BY = {"sliding_window": "use_sliding_window"}
 # The pseudo-fields every model is judged on, whatever its code reads.
 QUANTIZATION = "@quantization"
 TENSOR_PARALLEL = "@tensor_parallel_size"
@@ -150,7 +155,8 @@ def config_values(
     for field in fields:
         if field in INERT_FIELDS or field not in cfg:
             continue
-        _leaves(field, cfg[field], out)
+        switch = SWITCHED_OFF_BY.get(field)
+        _leaves(field, None if switch and cfg.get(switch) is False else cfg[field], out)
     try:
         head = detect_head_size(dict(config)).value
     except Exception:  # noqa: B902 - a size nothing can read: judged unplaceable below

@@ -139,10 +139,25 @@ def judge(
     cell = cell_for(card, config, max_model_len, tp)
     open_list = open_values(card, config, tp, quantize_config)
     if cell is None:
-        open_list.insert(0, "its traits (" + _trait_text(config, max_model_len) + ") in no cell of its architecture and saver")
+        # No cell has all its traits: each trait must then have been exercised by an exact cell,
+        # as each configuration value must; the deciding cell is the exact one nearest to it.
+        cell, unseen = nearest_exact(card, config, max_model_len)
+        open_list[:0] = unseen
     if cell is None or cell.get("result") != "exact" or open_list:
         return "unproven", cell, open_list
     return "proven", cell, []
+
+
+def nearest_exact(card: str, config: Mapping[str, Any], max_model_len: Optional[str] = None) -> Tuple[Optional[Dict[str, Any]], List[str]]:
+    """(the exact cell of the model's architecture and saver sharing most of its traits, the
+    model's traits no exact cell has: `trait kv=mqa`)."""
+    exact = [c for c in _cells(card, _architecture(config), saver_of(config)) if c.get("result") == "exact"]
+    traits = config_traits(dict(config), max_model_len)
+    if not exact:
+        return None, ["its traits (" + _trait_text(config, max_model_len) + ") in no exact cell of its architecture and saver"]
+    unseen = [f"trait {k}={v}" for k, v in sorted(traits.items()) if not any(c.get("traits", {}).get(k) == v for c in exact)]
+    nearest = max(exact, key=lambda c: sum(c.get("traits", {}).get(k) == v for k, v in traits.items()))
+    return nearest, unseen
 
 
 def _trait_text(config: Mapping[str, Any], max_model_len: Optional[str]) -> str:

@@ -165,7 +165,19 @@ def containers(docker_client, tmp_path):
 
 
 @pytest.fixture(scope="session")
-def registry(tmp_path_factory):
+def registry_binary() -> str:
+    """Debian's docker-registry, installed where it is missing (scripts/apt-install.sh)."""
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        subprocess.run([str(ROOT / "scripts" / "apt-install.sh"), "docker-registry"], check=False)
+        binary = shutil.which("docker-registry")
+    if binary is None:
+        _unavailable("docker-registry is not installed (Debian's docker-registry package)")
+    return binary
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory, registry_binary):
     """A real registry (Debian's docker-registry, distribution 2.x) on 127.0.0.1: its address.
     Its blobs stay in the cache between runs, like the daemon's layers: a push compresses every
     layer it sends (about 2 minutes for a 3 GB engine base here), and a registry that already
@@ -175,12 +187,7 @@ def registry(tmp_path_factory):
     does while it serves."""
     from compat_build.prune import registry_lock, registry_storage
 
-    binary = shutil.which("docker-registry")
-    if binary is None:
-        subprocess.run([str(ROOT / "scripts" / "apt-install.sh"), "docker-registry"], check=False)
-        binary = shutil.which("docker-registry")
-    if binary is None:
-        _unavailable("docker-registry is not installed (Debian's docker-registry package)")
+    binary = registry_binary
     root = tmp_path_factory.mktemp("registry")
     storage = registry_storage()
     os.makedirs(storage, exist_ok=True)

@@ -103,14 +103,10 @@ def test_the_sweep_removes_superseded_builds(docker_client):
         client.images.remove(tag, force=True)
 
 
-def test_the_sweep_collects_the_registrys_unreferenced_blobs(docker_client, tmp_path):
+def test_the_sweep_collects_the_registrys_unreferenced_blobs(docker_client, registry_binary, tmp_path):
     """A registry of its own (the sweep's storage follows XDG_CACHE_HOME): two pushes to one
     repository; the older tag goes with the blobs only it referenced, the newest stays whole."""
-    import shutil
-
-    binary = shutil.which("docker-registry")
-    if binary is None:
-        pytest.skip("docker-registry is not installed (the registry fixture installs it)")
+    binary = registry_binary
     client = docker_client
     cache = tmp_path / "cache"
     storage = cache / "enginex-compat" / "registry"
