@@ -236,6 +236,14 @@ def legacy(job: Dict[str, Any], transformers: Any, torch: Any) -> Dict[str, Any]
         return {
             "error": f"the author's weights do not fit transformers {transformers.__version__}'s class: missing {missing[:3]}, unexpected {unexpected[:3]}"
         }
+    # Tie as from_pretrained would: under no_init_weights an older transformers skips the tying
+    # its init does, and a tied model would save an lm_head of uninitialised memory (that
+    # transformers 5 and vLLM 0.32 then use instead of the embeddings, as for any checkpoint
+    # whose lm_head differs). A published tied checkpoint carries no lm_head of its own.
+    model.tie_weights()
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    if tied and head is not None and head.weight.data_ptr() != embed.weight.data_ptr():
+        return {"error": f"transformers {transformers.__version__} did not tie the output embeddings to the input ones"}
     save(model, tokenizer, out, torch)
     ids = json.loads((Path(job["source"]) / "record.json").read_text())["prompt"]
     tokens, gap = greedy(reload(transformers, torch, case["architecture"], out), ids, torch)
