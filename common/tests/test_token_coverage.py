@@ -123,6 +123,35 @@ def test_a_value_no_exact_cell_exercised_keeps_the_model_unproven_and_is_named(c
     assert "@rotary_dim=16" in judge(partial)[2]
 
 
+def test_traits_in_a_combination_no_cell_ran_are_judged_one_by_one(cells):
+    tied = dict(MISTRAL, tie_word_embeddings=True)
+    mqa = dict(MISTRAL, num_key_value_heads=1)
+    tied_mqa = dict(mqa, tie_word_embeddings=True)
+    cells(result_cell(MISTRAL, "exact", "mistral"), result_cell(tied, "exact", "mistral-tied"))
+    # A trait no exact cell has (one KV head: multi-query) is named, whatever else is covered.
+    tokens, cell, open_list = judge(tied_mqa)
+    assert tokens == "unproven" and open_list == ["trait kv=mqa"] and cell["variant"] == "mistral-tied"
+    # Tied and multi-query each exact, never together: each trait was exercised, the nearest
+    # exact cell decides.
+    cells(result_cell(MISTRAL, "exact", "mistral"), result_cell(tied, "exact", "mistral-tied"), result_cell(mqa, "exact", "mistral-mqa"))
+    tokens, cell, open_list = judge(tied_mqa)
+    assert tokens == "proven" and open_list == [] and cell["variant"] in ("mistral-tied", "mistral-mqa")
+    # A trait seen only in a cell that differed does not count as exercised.
+    cells(
+        result_cell(MISTRAL, "exact", "mistral"),
+        result_cell(tied, "differs", "mistral-tied", first_difference=0),
+        result_cell(mqa, "exact", "mistral-mqa"),
+    )
+    assert judge(tied_mqa)[0] != "proven"
+
+
+def test_a_switched_off_window_is_no_window(cells):
+    cells(result_cell(MISTRAL, "exact", "mistral"))
+    qwen_style = dict(MISTRAL, sliding_window=131072, use_sliding_window=False)
+    assert "sliding_window=a positive number" not in judge(qwen_style)[2]
+    assert "sliding_window=a positive number" in judge(dict(qwen_style, use_sliding_window=True))[2]
+
+
 def test_quantized_checkpoints_and_other_tensor_parallel_sizes_need_cells_of_their_own(cells):
     cells(result_cell(MISTRAL, "exact", "mistral"))
     awq = dict(MISTRAL, quantization_config={"quant_method": "awq", "bits": 4})
