@@ -10,6 +10,7 @@ never a wrong one: the model's tokens are then "unproven". Standard library only
 
 from __future__ import annotations
 
+from .config_values import SWITCH_MODEL_TYPES
 from .headsize import attention_config, detect_head_size
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
@@ -79,8 +80,8 @@ def partial_rotary(cfg: Dict[str, Any], head_size: Optional[int]) -> bool:
 
 def window(cfg: Dict[str, Any], model_type: Optional[str], context: Optional[int]) -> str:
     """none (no window, or none shorter than the served context), all, or interleaved."""
-    if cfg.get("use_sliding_window") is False:
-        return "none"
+    if cfg.get("use_sliding_window") is False and model_type in SWITCH_MODEL_TYPES:
+        return "none"  # these config classes drop the window (config_values.SWITCHED_OFF_BY)
     sizes = [_int(cfg.get(k)) for k in WINDOW_KEYS]
     size = min((s for s in sizes if s and s > 0), default=None)
     if size is None or (context is not None and size >= context):

@@ -12,7 +12,8 @@ the same for that purpose when they take the same path through the code:
     set of its elements (every layer type must have been seen);
   - a nested object is its leaves, named by their dotted path (`rope_scaling.rope_type`).
 Besides the fields the code reads, every model is judged on `@quantization` (the method of its
-weights; none for a float checkpoint) and `@tensor_parallel_size` (the size it is started at).
+weights, or the platform's --quantization; none for a float checkpoint), and on the start's
+`@tensor_parallel_size`, `@pipeline_parallel_size` and `@kv_cache_dtype`.
 Standard library only.
 """
 
@@ -57,18 +58,26 @@ INERT_FIELDS = frozenset(
         "is_encoder_decoder",
         "num_labels",
         "problem_type",
-        "use_bidirectional_attention",
         "tie_word_embeddings",  # a trait of its own (config_traits.py), judged there
     )
 )
-# A field its switch turns off, for the engines and the author's code alike: Qwen2's
-# `sliding_window` is read only when `use_sliding_window` is true (vLLM 0.5.5's
-# ModelConfig.get_hf_config_sliding_window, transformers 5's layer_types), so published Qwen2.5
-# configs' 131072 under `use_sliding_window: false` is no window at all: classed as null.
+# A field its switch turns off for the engines and the author's code alike: the config classes
+# of these model types (transformers 4.57 and 5) drop `sliding_window` when `use_sliding_window`
+# is false, as vLLM's ModelConfig does, so a published Qwen2.5's 131072 under
+# `use_sliding_window: false` is no window at all: classed as null. Elsewhere (transformers 5's
+# Mistral reads the window whatever the switch says) the value counts as written.
 SWITCHED_OFF_BY = {"sliding_window": "use_sliding_window"}
+SWITCH_MODEL_TYPES = frozenset(
+    ("qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "qwen2_5_omni", "qwen3", "qwen3_moe", "qwen2_vl_text", "qwen2_5_vl_text")
+)
+# One field under the names transformers generations give it: 4.x writes rope_scaling and
+# rope_theta, 5 writes rope_parameters. Whichever the model code reads, the config's own are judged.
+SAME_FIELD = (frozenset(("rope_scaling", "rope_theta", "rope_parameters")),)
 # The pseudo-fields every model is judged on, whatever its code reads.
 QUANTIZATION = "@quantization"
 TENSOR_PARALLEL = "@tensor_parallel_size"
+PIPELINE_PARALLEL = "@pipeline_parallel_size"
+KV_CACHE_DTYPE = "@kv_cache_dtype"
 HEAD_SIZE = "@head_size"
 ROTARY_DIM = "@rotary_dim"
 # Lists longer than this are read as their element classes only (a 128-layer pattern).
@@ -82,6 +91,8 @@ def value_class(value: Any) -> List[str]:
     if isinstance(value, bool):
         return ["true" if value else "false"]
     if isinstance(value, (int, float)):
+        if value != value:  # NaN: no branch takes it as a number
+            return ["num:nan"]
         return ["num:0" if value == 0 else "num:+" if value > 0 else "num:-"]
     if isinstance(value, str):
         return ["str:" + value]
@@ -92,7 +103,7 @@ def value_class(value: Any) -> List[str]:
             return ["list:empty"]
         out: Set[str] = set()
         for item in value[:MAX_LEAVES]:
-            out.update("item:" + c for c in value_class(item) if not c.startswith("dict"))
+            out.update("item:" + c for c in value_class(item))
         return sorted(out)
     return ["other:" + type(value).__name__]
 
@@ -104,6 +115,14 @@ def _leaves(prefix: str, value: Any, out: Dict[str, List[str]], depth: int = 0) 
                 _leaves(f"{prefix}.{key}", item, out, depth + 1)
         if not value:
             out[prefix] = ["dict:empty"]
+        return
+    if isinstance(value, list) and depth < 4 and any(isinstance(item, dict) for item in value):
+        # A list of objects (per-block configs): the leaves of all its items, under `field[]`.
+        for item in value[:MAX_LEAVES]:
+            found: Dict[str, List[str]] = {}
+            _leaves(f"{prefix}[]", item, found, depth + 1)
+            for path, classes in found.items():
+                out[path] = sorted(set(out.get(path, [])) | set(classes))
         return
     out[prefix] = value_class(value)
 
@@ -118,14 +137,17 @@ def reading_config(config: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def quantization_method(config: Mapping[str, Any], quantize_config: Optional[Mapping[str, Any]] = None) -> Optional[str]:
-    """The method of a quantized checkpoint: config.json's quantization_config, or AutoGPTQ's
-    quantize_config.json beside it (which vLLM reads as GPTQ)."""
-    quant = config.get("quantization_config")
-    method = quant.get("quant_method") if isinstance(quant, dict) else None
-    if isinstance(method, str) and method:
-        return method.lower()
-    if quantize_config:
-        method = quantize_config.get("quant_method")
+    """The method of a quantized checkpoint: config.json's quantization_config (or
+    compression_config, its older name vLLM reads too; one that names no method is "unknown"),
+    or a file beside it (doctor.quantize_files: AutoGPTQ's quantize_config.json, which vLLM reads
+    as GPTQ, ModelOpt's hf_quant_config.json)."""
+    for key in ("quantization_config", "compression_config"):
+        if key in config and config[key] is not None:
+            quant = config[key]
+            method = quant.get("quant_method") if isinstance(quant, dict) else None
+            return method.lower() if isinstance(method, str) and method else "unknown"
+    if quantize_config is not None:
+        method = quantize_config.get("quant_method") if isinstance(quantize_config, dict) else None
         return method.lower() if isinstance(method, str) and method else "gptq"
     return None
 
@@ -146,17 +168,27 @@ def config_values(
     fields: Iterable[str],
     quantize_config: Optional[Mapping[str, Any]] = None,
     tensor_parallel: int = 1,
+    quantization: Optional[str] = None,
+    kv_cache_dtype: str = "auto",
+    pipeline_parallel: int = 1,
 ) -> Dict[str, List[str]]:
     """{field path: its classes} for the `fields` the model code reads (inert ones left out),
-    plus the pseudo-fields. A field the file leaves out is left out here too: the engine then
-    reads its class's default, which every cell's save writes out."""
+    plus the pseudo-fields, the start's arguments among them (`quantization`: the platform's
+    --quantization over the checkpoint's method). A field the file leaves out is left out here
+    too: the engine then reads its class's default, which every cell's save writes out."""
     cfg = reading_config(config)
+    read = set(fields)
+    for names in SAME_FIELD:
+        if read & names:
+            read |= names
+    switched = cfg.get("model_type") in SWITCH_MODEL_TYPES or config.get("model_type") in SWITCH_MODEL_TYPES
     out: Dict[str, List[str]] = {}
-    for field in fields:
+    for field in sorted(read):
         if field in INERT_FIELDS or field not in cfg:
             continue
         switch = SWITCHED_OFF_BY.get(field)
-        _leaves(field, None if switch and cfg.get(switch) is False else cfg[field], out)
+        off = switched and switch is not None and cfg.get(switch) is False
+        _leaves(field, None if off else cfg[field], out)
     try:
         head = detect_head_size(dict(config)).value
     except Exception:  # noqa: B902 - a size nothing can read: judged unplaceable below
@@ -164,9 +196,11 @@ def config_values(
     out[HEAD_SIZE] = [f"size:{head}" if head else "unknown"]
     rotary = rotary_dim(cfg, head)
     out[ROTARY_DIM] = [f"size:{rotary}" if rotary else "unknown"]
-    method = quantization_method(config, quantize_config)
-    out[QUANTIZATION] = ["str:" + method] if method else ["null"]
+    method = quantization if isinstance(quantization, str) and quantization else quantization_method(config, quantize_config)
+    out[QUANTIZATION] = ["str:" + method.lower()] if method else ["null"]
     out[TENSOR_PARALLEL] = [f"size:{tensor_parallel}"]
+    out[PIPELINE_PARALLEL] = [f"size:{pipeline_parallel}"]
+    out[KV_CACHE_DTYPE] = ["str:" + str(kv_cache_dtype)]
     return out
 
 
@@ -188,8 +222,17 @@ def uncovered(values: Mapping[str, List[str]], coverage: Mapping[str, List[str]]
 
 
 def _readable(cls: str) -> str:
-    """`str:gelu` -> `gelu`, `size:32` -> `32`, `num:0` -> `0`; the rest as it is."""
-    for prefix in ("str:", "size:", "item:str:"):
+    """`str:gelu` -> `gelu`, `size:32` -> `32`, `num:0` -> `0`; a string that reads as a number
+    quoted (`"8"`: a string where the code expects a number); the rest as it is."""
+    for prefix in ("str:", "item:str:"):
         if cls.startswith(prefix):
-            return cls[len(prefix) :]
-    return {"num:0": "0", "num:+": "a positive number", "num:-": "a negative number"}.get(cls, cls)
+            text = cls[len(prefix) :]
+            try:
+                float(text)
+            except ValueError:
+                return text
+            return f'"{text}"'
+    if cls.startswith("size:"):
+        return cls[len("size:") :]
+    words = {"num:0": "0", "num:+": "a positive number", "num:-": "a negative number", "num:nan": "NaN"}
+    return words.get(cls, cls)

@@ -27,6 +27,8 @@ TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+    from .vllm_args import UserArgs
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CELLS_FILE = os.path.join(HERE, "conformance_cells.json")
 FIELDS_FILE = os.path.join(HERE, "model_fields.json")
@@ -92,37 +94,54 @@ def cell_for(card: str, config: Mapping[str, Any], max_model_len: Optional[str] 
     return (same or [None])[0]
 
 
-def failing_cell(card: str, config: Mapping[str, Any], max_model_len: Optional[str] = None) -> Optional[Dict[str, Any]]:
-    """A cell that was not exact whose culprit traits the model has: what made that cell differ
-    or be refused is in this model too, whatever else its configuration says. A cell without a
-    culprit (no exact cell of its architecture to tell what made the difference) speaks for its
-    very traits only: beyond them the model is unproven, never failed on a guess."""
+def failing_cell(
+    card: str, config: Mapping[str, Any], max_model_len: Optional[str] = None, values: Optional[Mapping[str, List[str]]] = None
+) -> Optional[Dict[str, Any]]:
+    """A cell that was not exact whose culprit the model has: the configuration values no exact
+    cell exercised (`culprit_values`) and the traits in which it differs from its nearest exact
+    cell (`culprit`), whatever else the model's configuration says. A cell without a culprit
+    speaks for its very traits only where no exact cell has them too (`unattributed`: nothing
+    tells what made it differ); beyond them the model is unproven, never failed on a guess."""
     cells = [c for c in _cells(card, _architecture(config), saver_of(config)) if c.get("result") != "exact"]
     if not cells:
         return None
     traits = config_traits(dict(config), max_model_len)
+    have = {f"{path}={cls}" for path, classes in (values or {}).items() for cls in classes}
     for cell in cells:
-        culprit = cell.get("culprit")
-        if isinstance(culprit, dict) and culprit:
+        culprit, culprit_values = cell.get("culprit"), cell.get("culprit_values")
+        if not isinstance(culprit, dict):
+            culprit = {}
+        if isinstance(culprit_values, list) and culprit_values:
+            if set(culprit_values) <= have and all(traits.get(k) == v for k, v in culprit.items()):
+                return cell
+        elif culprit:
             if all(traits.get(k) == v for k, v in culprit.items()):
                 return cell
-        elif cell.get("traits") == traits:
+        elif not cell.get("unattributed") and cell.get("traits") == traits:
             return cell
     return None
 
 
-def open_values(card: str, config: Mapping[str, Any], tp: int = 1, quantize_config: Optional[Mapping[str, Any]] = None) -> List[str]:
-    """What of the model's configuration no exact cell of its architecture and saver on `card`
-    exercised (`field=value`): empty only when every value its model code reads is covered."""
+def model_values(
+    card: str, config: Mapping[str, Any], tp: int = 1, quantize_config: Optional[Mapping[str, Any]] = None, **engine_args: Any
+) -> Optional[Dict[str, List[str]]]:
+    """The model's value classes for the fields its architecture's code reads on `card`'s
+    engine (None where no field table has the architecture)."""
+    fields = fields_table().get("engines", {}).get(_card(card).get("vllm"), {}).get(_architecture(config) or "")
+    return None if fields is None else config_values(config, fields, quantize_config, tp, **engine_args)
+
+
+def open_values(card: str, config: Mapping[str, Any], values: Optional[Mapping[str, List[str]]]) -> List[str]:
+    """What of the model's configuration (`values`: model_values) no exact cell of its
+    architecture and saver on `card` exercised (`field=value`): empty only when every value its
+    model code reads is covered."""
     entry, arch = _card(card), _architecture(config)
-    vllm = entry.get("vllm")
-    fields = fields_table().get("engines", {}).get(vllm, {}).get(arch) if arch else None
-    if fields is None:
-        return [f"no field table for {arch} on vLLM {vllm} (compat_build.model_fields)"]
+    if values is None:
+        return [f"no field table for {arch} on vLLM {entry.get('vllm')} (compat_build.model_fields)"]
     coverage = entry.get("coverage", {}).get(arch, {}).get(saver_of(config))
     if not coverage:
         return [f"no exact cell of {arch} saved by transformers {saver_of(config)}"]
-    return uncovered(config_values(config, fields, quantize_config, tp), coverage)
+    return uncovered(values, coverage)
 
 
 def judge(
@@ -131,13 +150,17 @@ def judge(
     max_model_len: Optional[str] = None,
     tp: int = 1,
     quantize_config: Optional[Mapping[str, Any]] = None,
+    **engine_args: Any,
 ) -> Tuple[str, Optional[Dict[str, Any]], List[str]]:
-    """(tokens, the cell that decides, what stays open) for the model of `config` on `card`."""
-    failing = failing_cell(card, config, max_model_len)
+    """(tokens, the cell that decides, what stays open) for the model of `config` on `card`,
+    started at tensor-parallel size `tp` with `engine_args` (config_values' keyword arguments:
+    the platform's --quantization, --kv-cache-dtype, --pipeline-parallel-size)."""
+    values = model_values(card, config, tp, quantize_config, **engine_args)
+    failing = failing_cell(card, config, max_model_len, values)
     if failing is not None:
         return TOKENS.get(str(failing.get("result")), "unproven"), failing, []
     cell = cell_for(card, config, max_model_len, tp)
-    open_list = open_values(card, config, tp, quantize_config)
+    open_list = open_values(card, config, values)
     if cell is None:
         # No cell has all its traits: each trait must then have been exercised by an exact cell,
         # as each configuration value must; the deciding cell is the exact one nearest to it.
@@ -146,6 +169,58 @@ def judge(
     if cell is None or cell.get("result") != "exact" or open_list:
         return "unproven", cell, open_list
     return "proven", cell, []
+
+
+def start_view(config: Mapping[str, Any], user: UserArgs) -> Tuple[Dict[str, Any], Dict[str, Any], List[str]]:
+    """(the configuration the engine reads under the start's --hf-overrides, the start's
+    arguments as judge() takes them, what of them cannot be placed)."""
+    from .memory_fit import int_arg
+
+    view, problems = dict(config), []
+    if user.has("--hf-overrides"):
+        text = user.value("--hf-overrides")
+        try:
+            overrides = json.loads(text) if text is not None and not user.dotted("--hf-overrides") else None
+        except ValueError:
+            overrides = None
+        if isinstance(overrides, dict):
+            view = _merged(view, overrides)
+        else:
+            problems.append("--hf-overrides that doctor cannot read as one JSON object")
+    args = {
+        "tp": int_arg(user, "--tensor-parallel-size") or 1,
+        "quantization": user.value("--quantization"),
+        "kv_cache_dtype": user.value("--kv-cache-dtype") or "auto",
+        "pipeline_parallel": int_arg(user, "--pipeline-parallel-size") or 1,
+    }
+    return view, args, problems
+
+
+def _merged(base: Dict[str, Any], overrides: Mapping[str, Any]) -> Dict[str, Any]:
+    """`overrides` over `base`, nested objects merged key by key (as vLLM applies hf_overrides)."""
+    out = dict(base)
+    for key, value in overrides.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def judge_start(
+    card: str, config: Mapping[str, Any], user: UserArgs, quantize_config: Optional[Mapping[str, Any]] = None
+) -> Tuple[str, Optional[Dict[str, Any]], List[str]]:
+    """judge() for a start with the platform's arguments (a UserArgs)."""
+    view, args, problems = start_view(config, user)
+    tp = args.pop("tp")
+    tokens, cell, open_list = judge(card, view, user.value("--max-model-len"), tp, quantize_config, **args)
+    if problems and tokens == "proven":
+        return "unproven", cell, problems
+    return tokens, cell, problems + open_list
+
+
+def failing_start(card: str, config: Mapping[str, Any], user: UserArgs) -> Optional[Dict[str, Any]]:
+    """failing_cell() for a start with the platform's arguments (a UserArgs)."""
+    view, args, _ = start_view(config, user)
+    tp = args.pop("tp")
+    return failing_cell(card, view, user.value("--max-model-len"), model_values(card, view, tp, None, **args))
 
 
 def nearest_exact(card: str, config: Mapping[str, Any], max_model_len: Optional[str] = None) -> Tuple[Optional[Dict[str, Any]], List[str]]:

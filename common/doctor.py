@@ -71,8 +71,7 @@ def tokens_of(data: Dict[str, Any]) -> Tuple[str, Optional[str], List[str]]:
     """Whether the conformance matrix proved the model's greedy tokens on the card ("proven",
     "differs", "unproven"), the cell that says so, and what no cell covered (deny by default:
     common/conformance_cells.py)."""
-    from .conformance_cells import judge as judge_tokens
-    from .memory_fit import int_arg
+    from .conformance_cells import judge_start
     from .modeldir import ModelDir
     from .vllm_args import UserArgs
 
@@ -80,12 +79,22 @@ def tokens_of(data: Dict[str, Any]) -> Tuple[str, Optional[str], List[str]]:
         model = ModelDir(data["model_dir"])
         config = model.json_object("config.json")
         user = UserArgs(data.get("user_args") or [])
-        tp = int_arg(user, "--tensor-parallel-size") or 1
-        quantize = model.json_object("quantize_config.json") if model.has("quantize_config.json") else None
-        tokens, cell, open_list = judge_tokens(data["card"], config, user.value("--max-model-len"), tp, quantize)
+        quantize = quantize_files(model)
+        tokens, cell, open_list = judge_start(data["card"], config, user, quantize)
     except Exception as exc:  # noqa: B902 - an unreadable model has no cell: unproven, said by the other findings
         return "unproven", None, [f"the configuration could not be placed ({type(exc).__name__})"]
     return tokens, (f"{cell['variant']} ({cell['saved_by']})" if cell else None), open_list
+
+
+def quantize_files(model: Any) -> Optional[Dict[str, Any]]:
+    """The quantization a checkpoint declares beside config.json: AutoGPTQ's quantize_config.json
+    (read as GPTQ unless it names its method) or ModelOpt's hf_quant_config.json."""
+    if model.has("quantize_config.json"):
+        found = model.json_object("quantize_config.json")
+        return found if found else {"quant_method": "unreadable quantize_config.json"}
+    if model.has("hf_quant_config.json"):
+        return {"quant_method": "modelopt"}
+    return None
 
 
 def remove_work_dir(plan: Plan) -> None:

@@ -11,8 +11,9 @@ The start path of a cell is what the image runs for that model on that card:
 - the vLLM plugin the engine loads in every process, the shims of vendor modules, and the
   backport of the cell's architecture where there is one, with what each imports;
 - the card's own files and its engine profile;
-- the engine venv's spec (envs/<name>/: versions, the harness patches of the CPU stand-in) and the
-  worker that drives the engine.
+- the engine venv's spec (envs/<name>/: versions, the harness patches of the CPU stand-in), the
+  platform's arguments every cell starts with, and the worker that drives the engine;
+- the saver's venv spec, and the author's (the reference tokens are transformers 5's).
 
 doctor's verdict on each cell's model (the `doctor` of each cell) is of doctor's code as a whole:
 `doctor_fingerprint` (doctor, its checks and the engine-side model build, every rule, the data
@@ -31,7 +32,7 @@ from functools import cache
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
-from .cases import ENGINES, ROOT, Engine, case_key
+from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, case_key
 
 COMMON = ROOT / "common"
 PLUGIN = COMMON / "vllm_plugin"
@@ -158,7 +159,7 @@ def path_files(card: str, architecture: str) -> List[Path]:
     files.update(_files_under(COMMON / "shims"))
     files.add(COMMON / "entrypoint.sh")
     card_dir = ROOT / "cards" / card.split("@")[0]
-    files.update(p for p in _files_under(card_dir) if p.name != "task_info.env")  # task_info.env: rendered, read by CI only
+    files.update(p for p in _files_under(card_dir) if not p.name.startswith("task_info"))  # rendered, read by CI only
     files.add(COMMON / "profiles" / f"{card}.json")
     return sorted(p for p in files if p.is_file())
 
@@ -197,7 +198,11 @@ def venv_spec(venv: str) -> str:
 def fingerprint(case: Dict, saver: str, engine: Engine, card: str) -> str:
     """One cell's fingerprint: 16 hex digits."""
     h = hashlib.sha256()
-    h.update(f"case {case_key(case, saver)}\nengine {engine.vllm} {venv_spec(engine.venv)}\n".encode())
+    h.update(f"case {case_key(case, saver)}\n".encode())
+    for venv in sorted({SAVERS[saver].venv, AUTHOR.venv}):  # the save, and the reference tokens
+        h.update(f"saver {venv} {venv_spec(venv)}\n".encode())
+    h.update(f"engine {engine.vllm} {venv_spec(engine.venv)}\n".encode())
+    h.update(("args " + " ".join(PLATFORM_ARGS + engine.serve_args) + "\n").encode())
     for path in path_files(card, case["architecture"]):
         h.update(f"{path.relative_to(ROOT)} {_file_hash(path)}\n".encode())
     return h.hexdigest()[:16]

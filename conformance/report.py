@@ -119,6 +119,12 @@ def culprit(cell: Dict[str, Any], exact: List[Dict[str, Any]]) -> Optional[Dict[
         keys.add(more[0])
 
 
+def culprit_values(values: Dict[str, List[str]], coverage: Dict[str, List[str]]) -> List[str]:
+    """The value classes of a cell that was not exact which no exact cell of its architecture
+    and saver exercised (`@head_size=size:32`): what made it differ, whatever its traits."""
+    return sorted(f"{path}={cls}" for path, classes in values.items() for cls in classes if cls not in coverage.get(path, []))
+
+
 def baked(results: Dict[str, Any]) -> Dict[str, Any]:
     """common/conformance_cells.json: per card, its engine, every cell doctor can match (a cell
     that was not exact with its culprit traits), and per architecture and saver the value
@@ -132,14 +138,29 @@ def baked(results: Dict[str, Any]) -> Dict[str, Any]:
         if cell["result"] == "exact" and cell.get("values"):
             by_saver = entry["coverage"].setdefault(cell["architecture"], {}).setdefault(row["saver"], {})
             merge_coverage(by_saver, cell["values"])
-    for entry in cards_out.values():
+    values_of = {(c["card"], c["variant"], c["saved_by"]): c.get("values") or {} for c in results["cells"]}
+    for card, entry in cards_out.items():
         for row in entry["cells"]:
             if row["result"] == "exact":
                 continue
-            exact = [c for c in entry["cells"] if c["result"] == "exact" and c["architecture"] == row["architecture"]]
-            found = culprit(row, [c for c in exact if c["saver"] == row["saver"]] or exact)
+            # Only the cells of the same saver: another saver writes the same model's config
+            # otherwise (rope_parameters or rope_scaling), which is no culprit.
+            exact = [
+                c
+                for c in entry["cells"]
+                if c["result"] == "exact" and c["architecture"] == row["architecture"] and c["saver"] == row["saver"]
+            ]
+            found = culprit(row, exact)
             if found:
                 row["culprit"] = found
+            coverage = entry["coverage"].get(row["architecture"], {}).get(row["saver"], {})
+            values = culprit_values(values_of[card, row["variant"], row["saved_by"]], coverage) if exact else []
+            if values:
+                row["culprit_values"] = values
+            elif not found and any(c["traits"] == row["traits"] for c in exact):
+                # An exact cell has its very traits and no value of it is unseen: nothing tells
+                # what made the difference, and it speaks for no other model.
+                row["unattributed"] = True
     return {"source": "conformance/results.json (make conformance)", "cards": dict(sorted(cards_out.items()))}
 
 

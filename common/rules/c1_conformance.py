@@ -20,7 +20,7 @@ the engine lacks, a context longer than the engine derives) is that rule's.
 
 from __future__ import annotations
 
-from ..conformance_cells import failing_cell
+from ..conformance_cells import failing_start
 from .base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
@@ -51,7 +51,7 @@ class Conformance(Rule):
     def check(self, ctx: Context) -> Outcome:
         outcome = Outcome()
         config = ctx.model.json_object("config.json")
-        cell = failing_cell(ctx.profile.card, config, ctx.user.value("--max-model-len"))
+        cell = failing_start(ctx.profile.card, config, ctx.user)
         if cell is None or not acts_on(cell):
             return outcome
         engine = f"vLLM {ctx.profile.vllm_version}"

@@ -11,7 +11,7 @@ import pytest
 
 from common import conformance_cells, doctor_many
 from common.config_traits import config_traits
-from common.config_values import config_values, value_class
+from common.config_values import config_values, uncovered, value_class
 from common.doctor import tokens_of
 from common.modeldir import ModelDir
 from common.profile import load_profile
@@ -145,11 +145,38 @@ def test_traits_in_a_combination_no_cell_ran_are_judged_one_by_one(cells):
     assert judge(tied_mqa)[0] != "proven"
 
 
-def test_a_switched_off_window_is_no_window(cells):
+def test_a_switched_off_window_is_no_window_where_the_config_class_drops_it(cells):
+    # Qwen2's config classes drop sliding_window when use_sliding_window is false (so do the
+    # engines): a published Qwen2.5's 131072 under the switch off is no window.
+    qwen2 = dict(MISTRAL, architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_sliding_window=False)
+    cells(result_cell(qwen2, "exact", "qwen2"), result_cell(MISTRAL, "exact", "mistral"))
+    published = dict(qwen2, sliding_window=131072)
+    assert judge(published)[0] == "proven"
+    assert "sliding_window=a positive number" in judge(dict(published, use_sliding_window=True))[2]
+    # transformers 5's Mistral reads the window whatever the switch says: it counts as written.
+    mistral = dict(MISTRAL, sliding_window=4096, use_sliding_window=False)
+    assert "sliding_window=a positive number" in judge(mistral)[2]
+
+
+def test_the_starts_arguments_and_overrides_are_judged_too(cells, tmp_path):
     cells(result_cell(MISTRAL, "exact", "mistral"))
-    qwen_style = dict(MISTRAL, sliding_window=131072, use_sliding_window=False)
-    assert "sliding_window=a positive number" not in judge(qwen_style)[2]
-    assert "sliding_window=a positive number" in judge(dict(qwen_style, use_sliding_window=True))[2]
+    model = model_dir(tmp_path / "m", {"config.json": MISTRAL})
+
+    def tokens(*args):
+        return tokens_of({"model_dir": str(model), "card": CARD, "user_args": ["--max-model-len", CONTEXT, *args]})
+
+    assert tokens()[0] == "proven"
+    assert tokens("--quantization", "fp8")[2] == ["@quantization=fp8"]
+    assert tokens("--kv-cache-dtype", "fp8")[2] == ["@kv_cache_dtype=fp8"]
+    assert tokens("-pp", "2")[2] == ["@pipeline_parallel_size=2"]
+    # --hf-overrides replaces the values judged: the engine reads the overridden configuration.
+    assert tokens("--hf-overrides", '{"hidden_act": "gelu"}')[2] == ["hidden_act=gelu"]
+    assert tokens("--hf-overrides.hidden_act", "gelu")[0] == "unproven"
+    # A checkpoint quantized by its own description, whatever names it.
+    for extra in ({"compression_config": {"format": "int-quantized"}}, {"quantization_config": {"bits": 4}}):
+        assert judge(dict(MISTRAL, **extra))[2] == ["@quantization=unknown"]
+    modelopt = model_dir(tmp_path / "modelopt", {"config.json": MISTRAL, "hf_quant_config.json": {"producer": {"name": "modelopt"}}})
+    assert tokens_of({"model_dir": str(modelopt), "card": CARD, "user_args": []})[2] == ["@quantization=modelopt"]
 
 
 def test_quantized_checkpoints_and_other_tensor_parallel_sizes_need_cells_of_their_own(cells):
@@ -211,3 +238,32 @@ def test_doctor_many_rows_and_table_carry_what_stays_open(cells, tmp_path):
     assert row["tokens"] == "unproven" and row["tokens_open"] == open_list and len(open_list) == 3
     table = doctor_many.markdown({"models": [str(gelu)], "cards": {}, "rows": [row]})
     assert f"| unproven: {open_list[0]}, {open_list[1]} and 1 more |" in table
+
+
+def test_a_value_that_made_a_cell_fail_is_its_culprit_not_the_traits_it_shares(cells, tmp_path):
+    narrow = dict(MISTRAL, hidden_size=128)  # heads 32 wide: the CPU build's kernel crashed on them
+    cells(result_cell(MISTRAL, "exact", "mistral"), result_cell(narrow, "crashed", "mistral-head-32", code="CPU"))
+    row = conformance_cells.table()["cards"][CARD]["cells"][1]
+    assert "@head_size=size:32" in row["culprit_values"]
+    assert judge(dict(narrow, intermediate_size=1024))[1]["variant"] == "mistral-head-32"  # the culprit, other widths
+    # Another head size with the same traits is not that cell's: unproven, its size named.
+    tokens, _, open_list = judge(dict(MISTRAL, hidden_size=192))
+    assert tokens == "unproven" and "@head_size=48" in open_list and c1(tmp_path, dict(MISTRAL, hidden_size=192)) == []
+    # A failed cell with the very traits and values of an exact one tells nothing: it fails no one.
+    cells(result_cell(MISTRAL, "exact", "mistral"), result_cell(MISTRAL, "crashed", "mistral-again", code="CPU"))
+    assert conformance_cells.table()["cards"][CARD]["cells"][1].get("unattributed") is True
+    assert judge(MISTRAL)[0] == "proven" and c1(tmp_path, MISTRAL) == []
+
+
+def test_rope_fields_under_either_generations_names_are_judged():
+    # vLLM 0.32's table names rope_parameters (transformers 5); a 4.x config writes rope_scaling.
+    legacy = dict(MISTRAL, rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    values = config_values(legacy, ["rope_parameters"])
+    assert values["rope_scaling.rope_type"] == ["str:dynamic"] and values["rope_theta"] == ["num:+"]
+
+
+def test_odd_values_are_classed_and_said_as_they_are():
+    assert value_class(float("nan")) == ["num:nan"]
+    blocks = {"block_configs": [{"attention": {"n_heads_in_group": 8}}, {"attention": {"no_op": True}}]}
+    assert config_values(blocks, ["block_configs"])["block_configs[].attention.no_op"] == ["true"]
+    assert uncovered({"rope_scaling.factor": ["str:8"], "x": ["num:nan"]}, {}) == ['rope_scaling.factor="8"', "x=NaN"]
