@@ -32,8 +32,9 @@ card whose engine repairs most of them (so most models have checks to verify):
 doctor_models_per_s                    models judged per second by `doctor FOLDER --card
                                        iluvatar-bi100 --json`, the whole command (its engine
                                        process and transformers' import included)
-doctor_engine_processes                engine-Python processes that run started (goal 1: one per
-                                       card for the whole list)
+doctor_engine_processes                engine-Python processes that run started (goal 2: per card
+                                       for the whole list, one for the checks and one, torch on,
+                                       that builds each model's class: MB)
 
 `--tree DIR` measures the runtime package of another checkout (a worktree of an older commit)
 with this script and this checkout's venvs. The runtime package is byte-compiled first, as the
