@@ -80,7 +80,8 @@ demo: venv author-env
 # and imports overlap the one compile, vLLM 0.5.5's), then the card images, then every test, all
 # against one daemon. Where no daemon can be had the images are skipped, saying so, and so is the
 # image tier (not under CI). with-docker.sh execs make, and make runs pytest without a shell
-# between: a kill of the run reaches pytest (make passes SIGTERM on to its children).
+# between: a kill of the run reaches pytest (make passes SIGTERM on to its children). pytest
+# prints the 30 slowest tests and writes every test's seconds to build/test-durations.json.
 test:
 	@$(WITH_DOCKER) $(MAKE) --no-print-directory test-in-daemon
 test-in-daemon:

@@ -31,6 +31,29 @@ def pytest_addoption(parser):
     )
 
 
+# Every test's seconds (setup, call and teardown together), written at the end of a run to
+# build/test-durations.json, slowest first: the figures the suite's budget is read from.
+DURATIONS_FILE = ROOT / "build" / "test-durations.json"
+_durations: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not _durations or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slowest = sorted(_durations.items(), key=lambda item: -item[1])
+    try:
+        DURATIONS_FILE.parent.mkdir(parents=True, exist_ok=True)
+        DURATIONS_FILE.write_text(
+            json.dumps({"seconds": round(sum(_durations.values()), 2), "tests": {k: round(v, 3) for k, v in slowest}}, indent=1) + "\n"
+        )
+    except OSError as exc:  # a read-only checkout still runs its tests
+        print(f"conftest: cannot write {DURATIONS_FILE}: {exc}", file=sys.stderr)
+
+
 @pytest.fixture(scope="session")
 def models(tmp_path_factory):
     """The committed tiny models (tests/fixtures/models: metadata only, saved by their authors'
