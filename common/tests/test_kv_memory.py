@@ -17,7 +17,16 @@ from common.profile import load_profile
 from common.rules.base import Context
 from common.rules.kv_memory import RULE
 from common.vllm_args import UserArgs
-from tests.fixtures.shapes import LLAMA_31_8B, LLAMA_31_70B, LLAMA_31_405B, TINY, disk_bytes, safetensors_file, write_model
+from tests.fixtures.shapes import (
+    GATED_DELTA_ATTENTION,
+    LLAMA_31_8B,
+    LLAMA_31_70B,
+    LLAMA_31_405B,
+    TINY,
+    disk_bytes,
+    safetensors_file,
+    write_model,
+)
 
 from .helpers import run_common
 
@@ -260,19 +269,7 @@ def test_kv_per_token_gqa_mla_windows_and_linear_attention():
     assert kv_per_token(gemma2, "nv-a100")[0].kinds == ["window", "full", "window", "full"]
     assert kv_per_token(mistral, "nv-a100")[0].kinds == ["window"] * 32
     assert kv_per_token(mistral, "iluvatar-bi100")[0].kinds == ["full"] * 32  # 0.5.5 keeps every token
-    qwen3_next = {
-        "model_type": "qwen3_next",
-        "num_hidden_layers": 4,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 2,
-        "head_dim": 256,
-        "full_attention_interval": 4,
-        "linear_num_key_heads": 16,
-        "linear_num_value_heads": 32,
-        "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128,
-        "linear_conv_kernel_dim": 4,
-    }
+    qwen3_next = dict(GATED_DELTA_ATTENTION, model_type="qwen3_next", num_hidden_layers=4)
     lay, per = kv_per_token(qwen3_next, "nv-a100")
     assert lay.kinds == ["linear", "linear", "linear", "full"] and per == 2 * 2 * 256 * 2
     assert lay.state_bytes(1, 2) == (3 * (2 * 16 * 128 + 32 * 128) + 32 * 128 * 128) * 2

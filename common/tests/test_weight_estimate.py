@@ -15,7 +15,7 @@ from common.profile import load_profile
 from common.vllm_args import UserArgs
 from common.weight_bytes import read_weights
 from common.weight_estimate import estimate_weights
-from tests.fixtures.shapes import DEEPSEEK_V3, LLAMA_31_8B, MIXTRAL_8X7B, QWEN25_7B, SHAPES, TINY, write_model
+from tests.fixtures.shapes import DEEPSEEK_V3, GATED_DELTA_ATTENTION, LLAMA_31_8B, MIXTRAL_8X7B, QWEN25_7B, SHAPES, TINY, write_model
 
 from .helpers import run_common
 
@@ -169,18 +169,10 @@ def test_what_the_estimate_reads_beyond_the_fixture_shapes():
     qwen35 = {
         "model_type": "qwen3_5_moe",
         "text_config": {
+            **GATED_DELTA_ATTENTION,
             "model_type": "qwen3_5_moe_text",
             "hidden_size": 2048,
             "num_hidden_layers": 40,
-            "num_attention_heads": 16,
-            "num_key_value_heads": 2,
-            "head_dim": 256,
-            "full_attention_interval": 4,
-            "linear_num_key_heads": 16,
-            "linear_num_value_heads": 32,
-            "linear_key_head_dim": 128,
-            "linear_value_head_dim": 128,
-            "linear_conv_kernel_dim": 4,
             "num_experts": 256,
             "moe_intermediate_size": 512,
             "shared_expert_intermediate_size": 512,
