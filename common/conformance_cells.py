@@ -88,9 +88,10 @@ def cell_for(card: str, config: Mapping[str, Any], max_model_len: Optional[str] 
         return None
     traits = config_traits(dict(config), max_model_len)
     same = [c for c in cells if c.get("traits") == traits]
-    # The cell of the size asked first; another size's cell still names the traits' cell (the
-    # size itself is judged as a value: @tensor_parallel_size).
-    same.sort(key=lambda c: int(c.get("tp") or 1) != tp)
+    # An exact cell first (a failed twin of it tells nothing: report.py's `unattributed`), then
+    # the size asked; another size's cell still names the traits' cell (the size itself is
+    # judged as a value: @tensor_parallel_size).
+    same.sort(key=lambda c: (c.get("result") != "exact", int(c.get("tp") or 1) != tp))
     return (same or [None])[0]
 
 
@@ -158,7 +159,13 @@ def judge(
     values = model_values(card, config, tp, quantize_config, **engine_args)
     failing = failing_cell(card, config, max_model_len, values)
     if failing is not None:
-        return TOKENS.get(str(failing.get("result")), "unproven"), failing, []
+        tokens = TOKENS.get(str(failing.get("result")), "unproven")
+        why = (
+            []
+            if tokens != "unproven"
+            else [f"its cell {failing.get('variant')} (saved by {failing.get('saved_by')}) was {failing.get('result')}"]
+        )
+        return tokens, failing, why
     cell = cell_for(card, config, max_model_len, tp)
     open_list = open_values(card, config, values)
     if cell is None:
@@ -166,7 +173,10 @@ def judge(
         # as each configuration value must; the deciding cell is the exact one nearest to it.
         cell, unseen = nearest_exact(card, config, max_model_len)
         open_list[:0] = unseen
-    if cell is None or cell.get("result") != "exact" or open_list:
+    if cell is not None and cell.get("result") != "exact" and not open_list:
+        # Never unproven without saying why.
+        open_list = [f"its cell {cell.get('variant')} (saved by {cell.get('saved_by')}) was {cell.get('result')}"]
+    if cell is None or open_list:
         return "unproven", cell, open_list
     return "proven", cell, []
 

@@ -24,14 +24,13 @@ def test_most_published_models_are_proven_on_the_newest_engine_by_their_4x_saves
 
 
 @pytest.mark.parametrize("card", CARDS)
-def test_a_published_model_is_proven_only_with_nothing_open_and_an_exact_cell(card):
+def test_a_published_model_not_proven_says_why(card):
     for name, config in PUBLISHED.items():
         tokens, cell, open_values = judge(card, config, CONTEXT)
-        if tokens == "proven":
-            assert not open_values and cell is not None and cell["result"] == "exact", name
-            assert cell["architecture"] == config["architectures"][0] and cell["saver"] == "legacy", name
-        elif tokens == "unproven":
-            assert open_values or cell is None, name  # never unproven without saying why
+        if tokens == "unproven":
+            assert open_values, name  # a user reads tokens_open to learn what no cell ran
+        elif tokens != "proven":  # differs, or a refusal: the failing cell is named
+            assert cell is not None and cell["result"] != "exact", name
 
 
 @pytest.mark.parametrize("card", CARDS)

@@ -253,6 +253,12 @@ def test_a_value_that_made_a_cell_fail_is_its_culprit_not_the_traits_it_shares(c
     cells(result_cell(MISTRAL, "exact", "mistral"), result_cell(MISTRAL, "crashed", "mistral-again", code="CPU"))
     assert conformance_cells.table()["cards"][CARD]["cells"][1].get("unattributed") is True
     assert judge(MISTRAL)[0] == "proven" and c1(tmp_path, MISTRAL) == []
+    # Whichever the table lists first: the exact twin decides.
+    cells(result_cell(MISTRAL, "crashed", "mistral-again", code="CPU"), result_cell(MISTRAL, "exact", "mistral"))
+    assert judge(MISTRAL)[:2] == ("proven", conformance_cells.table()["cards"][CARD]["cells"][1])
+    # A failed cell alone with the model's traits and nothing unseen: unproven, and said why.
+    cells(result_cell(MISTRAL, "crashed", "mistral-again", code="CPU"))
+    assert judge(MISTRAL)[0::2] == ("unproven", ["its cell mistral-again (saved by 4.57.6) was crashed"])
 
 
 def test_rope_fields_under_either_generations_names_are_judged():
