@@ -82,12 +82,16 @@ demo: venv author-env
 # image tier (not under CI). with-docker.sh execs make, and make runs pytest without a shell
 # between: a kill of the run reaches pytest (make passes SIGTERM on to its children). pytest
 # prints the 30 slowest tests and writes every test's seconds to build/test-durations.json.
+# TEST_WORKERS pytest workers side by side (pytest-xdist), each pinned to its own share of the
+# cores (tests/cores.py); a module that starts engines runs whole on one worker (conftest.py), and
+# the run fails when a module makes more engine starts than tests/engine_starts.toml allows.
+TEST_WORKERS ?= 2
 test:
 	@$(WITH_DOCKER) $(MAKE) --no-print-directory test-in-daemon
 test-in-daemon:
 	@$(PYTHON) -m compat_build.prune --sweep --if-daemon
 	@$(MAKE) --no-print-directory -j4 envs images-in-daemon IF_DAEMON=--if-daemon
-	$(PY) -m pytest --durations=30
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
 test-fast: venv author-env upstream-src
 	$(PY) -m pytest -m "not e2e and not images"

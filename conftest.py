@@ -1,7 +1,8 @@
-"""Session fixtures shared by the unit tests (common/tests) and integration tests (tests/)."""
+"""Session fixtures and hooks of every tier (tests/unit, tests/integration, tests/e2e, tests/images)."""
 
 import json
 import os
+import secrets
 import shutil
 import stat
 import sys
@@ -12,6 +13,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from tests import starts  # noqa: E402
+from tests.cores import pin_this_worker  # noqa: E402
+from tests.starts import load_budget  # noqa: E402
 from tests.fixtures.committed import COMMITTED, VARIANTS  # noqa: E402
 from tests.fixtures.factory import build  # noqa: E402
 
@@ -37,12 +41,80 @@ DURATIONS_FILE = ROOT / "build" / "test-durations.json"
 _durations: dict = {}
 
 
+def pytest_configure(config):
+    # One seed for the whole run, drawn here (before pytest-xdist starts its workers, which inherit
+    # it): the property tests try new inputs each run, and the header names the seed to replay.
+    os.environ.setdefault("FUZZ_SEED", str(secrets.randbelow(2**32)))
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        pin_this_worker(worker, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
+def pytest_report_header(config):
+    return f"fuzz seed: {os.environ['FUZZ_SEED']} (FUZZ_SEED={os.environ['FUZZ_SEED']} runs the same inputs again)"
+
+
+def pytest_collection_modifyitems(session, config, items):
+    # Under pytest-xdist (`make test`: --dist loadgroup), a module that starts engines runs whole
+    # on one worker (its module-scoped starts are shared by its tests, and a batch fixture would
+    # otherwise run on both), the image tier all on one (one registry, one sweep of the daemon);
+    # those groups go first, the longest first (by their budget of starts), so that the many
+    # short unit tests fill in beside them instead of one long module ending the run alone.
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    budget = load_budget()
+    weight: dict = {}  # group -> its starts' budget
+    group_of: dict = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        group = "images" if module.startswith("tests/images/") else module
+        if group != "images" and module not in budget and not item.get_closest_marker("e2e"):
+            continue
+        if group not in weight:
+            weight[group] = 0
+            if group == "images":
+                weight[group] = sum(n for m, n in budget.items() if m.startswith("tests/images/"))
+            else:
+                weight[group] = budget.get(module, 0)
+        item.add_marker(pytest.mark.xdist_group(group))
+        group_of[item.nodeid] = group
+    rank = {group: i for i, group in enumerate(sorted(weight, key=lambda g: -weight[g]))}
+    items.sort(key=lambda item: rank.get(group_of.get(item.nodeid), len(rank)))  # stable: the rest keep their order
+
+
 def pytest_runtest_logreport(report):
     _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
 
 
+# Engine starts (tests/starts.py): each worker sends its own back to the controller when it ends.
+_worker_starts: list = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    _worker_starts.extend(tuple(x) for x in getattr(node, "workeroutput", {}).get("engine_starts", ()))
+
+
+def _all_starts() -> list:
+    return starts.recorded() + _worker_starts
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    budget = load_budget()
+    terminalreporter.write_line(starts.summary(_all_starts(), budget))
+    for problem in starts.over_budget(_all_starts(), budget):
+        terminalreporter.write_line(f"ENGINE START BUDGET: {problem}", red=True)
+
+
 def pytest_sessionfinish(session, exitstatus):
-    if not _durations or os.environ.get("PYTEST_XDIST_WORKER"):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        session.config.workeroutput["engine_starts"] = starts.recorded()
+        return
+    if starts.over_budget(_all_starts(), load_budget()) and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # what the budget says is in the summary
+    if not _durations:
         return
     slowest = sorted(_durations.items(), key=lambda item: -item[1])
     try:
@@ -128,7 +200,7 @@ def env_for_tests(fake_vllm, tmp_path):
     # alone, whatever venvs this checkout has built, unless a test names the variant's Python.
     env["COMPAT_ENGINE_PYTHON_NEXT"] = os.path.join(os.sep, "nonexistent", "engine-next", "python")
     # .venv has no vLLM: doctor's model build (MB, common/model_build.py) is the real-engine
-    # tests' (tests/test_model_build_vs_engine.py); here it would only say "unverified".
+    # tests' (tests/e2e/test_model_build_vs_engine.py); here it would only say "unverified".
     env["COMPAT_SKIP"] = "MB"
     env["COMPAT_WORK_DIR"] = str(tmp_path / "work")
     env["COMPAT_CARD"] = "nv-a100"

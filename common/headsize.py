@@ -38,6 +38,10 @@ def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+def _int_at_least_zero(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def attention_config(config: Dict[str, Any]) -> Tuple[Optional[str], Dict[str, Any]]:
     """The config that describes attention: (None, the top level), or the nested language
     model's (its key, it) when the top level states no attention of its own."""
@@ -78,7 +82,9 @@ def detect_head_size(config: Dict[str, Any]) -> HeadSize:
     if "qk_nope_head_dim" in cfg and "qk_rope_head_dim" in cfg:
         nope, rope = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"]
         source = "qk_nope_head_dim+qk_rope_head_dim"
-        if not (_positive_int(nope) and _positive_int(rope)) and not (nope == 0 and _positive_int(rope)):
+        # A zero nope part is MLA without one (an int: 0.0 or False plus a huge rope would be
+        # float arithmetic, and overflow).
+        if not (_int_at_least_zero(nope) and _positive_int(rope)):
             return HeadSize(None, source, f"{source} is {nope!r}+{rope!r}, not integers")
         return _checked(nope + rope, source)
     for form in HEAD_SIZE_FORMS:

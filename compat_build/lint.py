@@ -1,4 +1,4 @@
-"""Every linter of the project, defined once: `make lint`, the test suite (tests/test_lint.py)
+"""Every linter of the project, defined once: `make lint`, the test suite (tests/integration/test_lint.py)
 and `make release-check` run these same commands with the same settings.
 
 usage: python -m compat_build.lint [NAME ...]      (default: all; names: see LINTERS)

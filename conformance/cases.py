@@ -54,7 +54,7 @@ class Engine:
     cards: Tuple[str, ...]
     savers: Tuple[str, ...]
     # Eager on the engines that compile by default: inductor costs 30-100 s a model on two cores
-    # and computes the same greedy ids (tests/test_conformance.py holds one compiled cell to it).
+    # and computes the same greedy ids (tests/e2e/test_conformance.py holds one compiled cell to it).
     serve_args: Tuple[str, ...] = ()
 
     @property

@@ -40,7 +40,7 @@ BACKPORTS = PLUGIN / "compat_backports"
 # Where an absolute import may resolve: the checkout (common.x, tests.x) and the plugin directory,
 # which is on the engine's PYTHONPATH (compat_backports.x).
 IMPORT_ROOTS = (ROOT, PLUGIN)
-LAUNCH_ROOTS = (COMMON / "launch.py", ROOT / "conformance" / "engine_worker.py", ROOT / "tests" / "engine.py")
+LAUNCH_ROOTS = (COMMON / "launch.py", ROOT / "conformance" / "engine_worker.py", ROOT / "tests" / "engine_env.py")
 EXCLUDED_ASSIGNMENTS = {COMMON / "rules" / "__init__.py": "C1_ARCHITECTURES"}
 
 

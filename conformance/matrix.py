@@ -28,7 +28,7 @@ from common.config_values import config_values
 from common.conformance_cells import fields_table
 from common.triage import scan, signatures, triage_file
 from common.vllm_args import UserArgs
-from tests.engine import COMMON_ENV
+from tests.engine_env import COMMON_ENV
 
 from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, load_cases
 from .fingerprint import doctor_fingerprint, fingerprint
@@ -212,15 +212,19 @@ def run_cells(
     try:
         planned = {e.vllm: [c for c in plan_cells(e, cases, work) if only is None or only(c)] for e in engines}
         planned = {v: cells for v, cells in planned.items() if cells}
+        # The cores this process may use (a test worker of `make test` has its own share).
+        available = sorted(os.sched_getaffinity(0))
+        jobs = max(1, min(jobs, len(available)))
+        pin = jobs > 1 or len(available) < (os.cpu_count() or len(available))
         progress(f"conformance: {sum(len(c) for c in planned.values())} cells on {len(planned)} engines, {jobs} side by side")
         cores: queue.Queue[int] = queue.Queue()
-        for core in range(jobs):
+        for core in available[:jobs]:
             cores.put(core)
 
         def on_a_core(vllm: str) -> Dict[str, Dict[str, Any]]:
             core = cores.get()
             try:
-                return run_engine(ENGINES[vllm], planned[vllm], work, progress, core if jobs > 1 else None)
+                return run_engine(ENGINES[vllm], planned[vllm], work, progress, core if pin else None)
             finally:
                 cores.put(core)
 

@@ -57,8 +57,8 @@ def server(tmp_path):
     the test, its whole log kept in tmp_path/<name>.log."""
     started = []
 
-    def start(argv, env, name="vllm"):
-        srv = Server(argv, env, tmp_path / f"{name}.log", int(argv[argv.index("--port") + 1]))
+    def start(argv, env, name="vllm", exec_=False):
+        srv = Server(argv, env, tmp_path / f"{name}.log", int(argv[argv.index("--port") + 1]), exec_=exec_)
         started.append(srv)
         return srv
 
@@ -71,10 +71,11 @@ def server(tmp_path):
 def launched(server):
     """Start a card's image launcher (the engine's Python runs `common launch`, as the entrypoint
     does) on a model and wait until vLLM serves; returns (server, report.json). A healthy start is
-    claimed by no triage rule."""
+    claimed by no triage rule. The launcher's exec of vLLM runs in the engine host's fork unless
+    `exec_=True` (tests/engine.py's Server)."""
 
-    def start(engine: Engine, card: str, model, work, *args: str, env=None, name: str = "launcher"):
-        srv = server(engine.launcher_argv(free_port()) + list(args), engine.launcher_env(model, card, work, env), name)
+    def start(engine: Engine, card: str, model, work, *args: str, env=None, name: str = "launcher", exec_: bool = False):
+        srv = server(engine.launcher_argv(free_port()) + list(args), engine.launcher_env(model, card, work, env), name, exec_)
         assert srv.wait_ready(), srv.log()[-3000:]
         assert triage_file(str(srv.log_path)).code == "unknown", srv.log()[-3000:]
         return srv, launch_report(work)

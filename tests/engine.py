@@ -21,20 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from tests.engine_env import COMMON_ENV
+from tests.engine_hosts import forkable, host_for
 from tests.ports import free_port
+from tests.starts import record
 
 ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 240
-
-# Environment every engine gets: a small KV cache (the CPU backend reserves VLLM_CPU_KVCACHE_SPACE
-# GiB; its default is 4), no hub, no usage reports, unbuffered logs.
-COMMON_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "HF_HUB_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "VLLM_DO_NOT_TRACK": "1",
-    "PYTHONUNBUFFERED": "1",
-}
 
 
 @dataclass(frozen=True)
@@ -87,6 +80,7 @@ class Engine:
     def probe(self, script: Path, payload: object, timeout: float = 600) -> object:
         """Runs a probe script in this engine's Python: `payload` as JSON on stdin, its answer the
         last line of stdout (the engine's own logging goes before it)."""
+        record("probe")
         proc = subprocess.run(
             [str(self.python), str(script)],
             input=json.dumps(payload),
@@ -201,13 +195,20 @@ class Endpoint:
 
 
 class Server(Endpoint):
-    """One `vllm serve`, started by argv, with its whole log kept for assertions."""
+    """One `vllm serve` (or the launcher that execs it), started by argv, with its whole log kept
+    for assertions. A start of an engine venv's `vllm serve` or launcher is a fork of that venv's
+    pre-imported host (tests/engine_host.py) unless `exec_` asks for the launcher's real exec."""
 
-    def __init__(self, argv: List[str], env: Dict[str, str], log: Path, port: int) -> None:
+    def __init__(self, argv: List[str], env: Dict[str, str], log: Path, port: int, exec_: bool = False) -> None:
         self.port = port
         self.log_path = log
         self._log = open(log, "w")
-        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=str(ROOT), start_new_session=True)
+        record("server")
+        bin_dir = None if exec_ else forkable(argv)
+        if bin_dir is not None:
+            self.proc = host_for(bin_dir).start(argv, env, log, ROOT)
+        else:
+            self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=str(ROOT), start_new_session=True)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -229,7 +230,7 @@ class Server(Endpoint):
         self._log.close()
 
 
-# The 0.11.0 engine under the names tests/test_e2e_vllm.py imports.
+# The 0.11.0 engine under the names tests/e2e/vllm011/test_e2e_vllm.py imports.
 ENGINE_BIN = ENGINE_0110.bin
 engine_env = ENGINE_0110.env
 serve_argv_vanilla = ENGINE_0110.serve_argv_vanilla

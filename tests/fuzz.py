@@ -1,11 +1,14 @@
-"""make fuzz: the property-based suite (tests/test_fuzz_plan.py) at FUZZ_EXAMPLES random examples
-per property (default 3500, three properties: 10,500 in all; `make test` runs a fixed few hundred).
+"""make fuzz: the property-based suite (tests/integration/test_fuzz_plan.py) at FUZZ_EXAMPLES random examples
+per property (default 3500, three properties: 10,500 in all; `make test` runs 120 per property,
+with a seed of its own each run).
 
-Prints `fuzz_examples: N` (example bodies run, the issue's explicit cases and any shrinking
-included), `fuzz_failures: N` (failing properties) and `fuzz_seconds: N`; exits 1 on a failure.
+Prints `fuzz_seed: N` first (each run draws new inputs; FUZZ_SEED=N replays them), then
+`fuzz_examples: N` (example bodies run, the issue's explicit cases and any shrinking included),
+`fuzz_failures: N` (failing properties) and `fuzz_seconds: N`; exits 1 on a failure.
 """
 
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -25,13 +28,15 @@ class Failures:
 
 def main() -> int:
     os.environ.setdefault("FUZZ_EXAMPLES", str(DEFAULT_EXAMPLES))
+    os.environ.setdefault("FUZZ_SEED", str(secrets.randbelow(2**32)))
+    print(f"fuzz_seed: {os.environ['FUZZ_SEED']} (FUZZ_SEED={os.environ['FUZZ_SEED']} make fuzz: the same inputs again)", flush=True)
     sys.path.insert(0, str(ROOT))
     import pytest
 
     failures = Failures()
     start = time.monotonic()
-    code = pytest.main([str(ROOT / "tests" / "test_fuzz_plan.py"), "-q", "-p", "no:cacheprovider"], plugins=[failures])
-    from tests.test_fuzz_plan import COUNT
+    code = pytest.main([str(ROOT / "tests" / "integration" / "test_fuzz_plan.py"), "-q", "-p", "no:cacheprovider"], plugins=[failures])
+    from tests.integration.test_fuzz_plan import COUNT
 
     print(f"fuzz_examples: {COUNT['examples']}")
     print(f"fuzz_failures: {failures.count}")

@@ -16,7 +16,10 @@ from typing import Dict, List, Optional
 from docker.errors import APIError, NotFound
 
 from compat_build import owner
-from tests.engine import COMMON_ENV, START_TIMEOUT_S, Endpoint
+from tests.cores import pin_env, pinned
+from tests.starts import record
+from tests.engine import START_TIMEOUT_S, Endpoint
+from tests.engine_env import COMMON_ENV
 
 # A uid and gid no image knows: the platform may run a container as any user.
 PLATFORM_USER = "54321:54321"
@@ -57,6 +60,11 @@ class Container(Endpoint):
         self.client = client
         self.port = port
         labels = {**owner.labels(), **(kwargs.pop("labels", None) or {})}
+        cores = pinned()
+        if cores is not None:  # a test worker's share of the cores (tests/cores.py): the engine in it too
+            kwargs.setdefault("cpuset_cpus", ",".join(map(str, cores)))
+            kwargs["environment"] = {**pin_env(cores), **(kwargs.get("environment") or {})}
+        record("container")
         self.container = client.containers.run(image, command, detach=True, labels=labels, **kwargs)
 
     def log(self) -> str:

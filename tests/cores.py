@@ -1,0 +1,53 @@
+"""The cores each pytest worker has: `make test` runs the suite on TEST_WORKERS workers side by
+side (pytest-xdist), and each gets its own share of the machine's cores, so that two engines, whose
+OpenMP threads spin, never fight for one core (two on one core slow both several times over).
+
+A worker is pinned (its own affinity, which every process it starts inherits) and tells the
+engines it starts which cores to bind their threads to: vLLM's CPU backend binds its OpenMP
+threads itself (VLLM_CPU_OMP_THREADS_BIND; 0.11's default "auto" takes a whole NUMA node, past
+any affinity), and Docker's containers get the same cores (cpuset). Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional
+
+# What a worker sets in its own environment, read by every engine start it makes.
+PIN_VARIABLES = ("VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS")
+
+
+def share(index: int, workers: int, cores: List[int]) -> Optional[List[int]]:
+    """Worker `index`'s cores of `cores` split in `workers` contiguous shares; None when there are
+    fewer cores than workers (then no worker is pinned: they would have to share anyway)."""
+    if workers < 2 or len(cores) < workers:
+        return None
+    size = len(cores) // workers
+    return cores[index * size : (index + 1) * size]
+
+
+def bind_string(cores: List[int]) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND's form of a set of cores: "3", "0-7" or "0,2,5"."""
+    if cores == list(range(cores[0], cores[-1] + 1)):
+        return str(cores[0]) if len(cores) == 1 else f"{cores[0]}-{cores[-1]}"
+    return ",".join(map(str, cores))
+
+
+def pin_this_worker(worker: str, workers: int) -> Optional[List[int]]:
+    """Pin this xdist worker ("gw0", "gw1", ...) to its share; returns the cores, or None."""
+    mine = share(int(worker.removeprefix("gw")), workers, sorted(os.sched_getaffinity(0)))
+    if mine is None:
+        return None
+    os.sched_setaffinity(0, mine)
+    os.environ.update(pin_env(mine))
+    return mine
+
+
+def pin_env(cores: List[int]) -> Dict[str, str]:
+    return {"VLLM_CPU_OMP_THREADS_BIND": bind_string(cores), "OMP_NUM_THREADS": str(len(cores))}
+
+
+def pinned() -> Optional[List[int]]:
+    """The cores this process is pinned to, when it has fewer than the machine."""
+    mine = sorted(os.sched_getaffinity(0))
+    return mine if len(mine) < (os.cpu_count() or len(mine)) else None

@@ -1,0 +1,145 @@
+"""The conformance matrix as committed, and the cells whose code paths the image changes, run again.
+
+Without an engine: conformance/results.json covers every case on every card's engine generation
+(the engines' versions are the profiles'), the cells doctor reads and the README table are made
+from it, and no cell that was not exact has doctor saying "starts".
+
+e2e: every cell of iluvatar-bi100 and nv-a100 that the launcher repaired or served through a
+backport runs again on the real engines (vLLM 0.5.5 and 0.11.0 on the CPU) and must come out as
+committed; one cell is served by the launcher through a real `vllm serve` (HTTP, compiled, not
+eager) with the tokens the in-process worker got.
+"""
+
+import json
+from typing import Dict, List
+
+import pytest
+
+from common.conformance_cells import CELLS_FILE
+from common.profile import load_profile
+from conformance import report
+from conformance.cases import AUTHOR, ENGINES, PLATFORM_ARGS, load_cases
+from conformance.matrix import RESULTS, run_cells, select_cases
+from tests.starts import record
+
+RESULTS_DATA = json.loads(RESULTS.read_text())
+CELLS = RESULTS_DATA["cells"]
+NOT_STARTS = {
+    "differs": {"fails"},
+    "refused": {"fails", "unverified"},
+    "crashed": {"fails", "unverified"},
+    "error": {"fails", "unverified"},
+}
+
+
+def test_every_case_has_its_cells_on_every_engine_generation():
+    cases = load_cases()
+    assert len({c["architecture"] for c in cases}) >= 40
+    have = {(c["variant"], c["card"], c["saved_by"]) for c in CELLS}
+    models = RESULTS_DATA["models"]
+    for case in cases:
+        saves = models[case["name"]]
+        assert saves[AUTHOR.name].startswith("5."), (case["name"], saves)
+        for engine in ENGINES.values():
+            for card in engine.cards:
+                for saver in engine.savers:
+                    if not saves[saver].startswith("no save"):
+                        assert (case["name"], card, saves[saver]) in have, (case["name"], card, saver)
+    assert len(CELLS) == len(have), "a cell twice"
+
+
+def test_the_engines_are_the_profiles_engines():
+    assert set(RESULTS_DATA["engines"]) == set(ENGINES)
+    for cell in CELLS:
+        assert load_profile(cell["card"]).vllm_version == cell["vllm"], cell
+    for vllm, engine in ENGINES.items():
+        assert RESULTS_DATA["engines"][vllm]["cards"] == list(engine.cards)
+        assert RESULTS_DATA["engines"][vllm]["serve_args"] == list(PLATFORM_ARGS) + list(engine.serve_args)
+
+
+def test_no_cell_that_was_not_exact_has_doctor_saying_starts():
+    wrong = [
+        (c["variant"], c["card"], c["saved_by"], c["result"], c["doctor"])
+        for c in CELLS
+        if c["result"] in NOT_STARTS and c["doctor"] not in NOT_STARTS[c["result"]]
+    ]
+    assert wrong == []
+    # and doctor refuses no configuration the engine serves right
+    refused = [(c["variant"], c["card"], c["saved_by"], c["doctor"]) for c in CELLS if c["result"] == "exact" and c["doctor"] == "fails"]
+    assert refused == []
+
+
+def test_the_cells_doctor_reads_and_the_readme_table_are_the_results():
+    with open(CELLS_FILE, encoding="utf-8") as fh:
+        assert json.load(fh) == report.baked(RESULTS_DATA)
+    assert report.table(RESULTS_DATA) in report.README.read_text()
+
+
+def test_most_architectures_are_exact_on_the_bi100_engine_through_its_launcher():
+    exact = {c["architecture"] for c in CELLS if c["card"] == "iluvatar-bi100" and c["result"] == "exact"}
+    assert len(exact) >= 25, sorted(exact)
+    # among them the families its engine lacks, served by the image's backports
+    assert {"Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "GraniteForCausalLM", "Olmo2ForCausalLM", "Exaone4ForCausalLM"} <= exact
+
+
+# Repairs that change the model the engine builds or how it runs (a backport, the CPU MoE path,
+# split experts, an alias or a view, a kernel patch); the others (tokenizer, template, config
+# values) reach the engine by arguments whose effect depends on the configuration.
+MODEL_PATHS = {"R4", "R8", "R10", "R11", "H1", "H2"}
+
+
+def image_changes(cells: List[Dict]) -> List[Dict]:
+    """The cells whose code paths the image changes: every cell with a model-path repair, and one
+    cell for each other set of repairs with each rope configuration R5 hands over."""
+    picked, seen = [], set()
+    for cell in cells:
+        repairs = set(cell.get("repairs") or ())
+        if not repairs:
+            continue
+        key = (cell["card"], frozenset(repairs), cell["traits"]["rope"], cell["traits"]["partial_rotary"])
+        if repairs & MODEL_PATHS or key not in seen:
+            seen.add(key)
+            picked.append(cell)
+    return picked
+
+
+@pytest.mark.e2e
+def test_the_cells_the_image_changes_come_out_as_committed():
+    engines = [ENGINES["0.5.5"], ENGINES["0.11.0"]]
+    for engine in engines:
+        if not engine.available():
+            pytest.skip(f"no {engine.venv}: run `make {engine.make_target}`")
+    cards = {card for engine in engines for card in engine.cards}
+    committed = {(c["variant"], c["card"], c["saved_by"]): c for c in image_changes([c for c in CELLS if c["card"] in cards])}
+    assert [c for c in committed.values() if "R10" in c["repairs"]], "the backports are among them"
+    saver_of = {(case, version): saver for case, saves in RESULTS_DATA["models"].items() for saver, version in saves.items()}
+    keep = {f"{v}|{saver_of[v, saved_by]}|{card}" for v, card, saved_by in committed}
+    again: List[Dict] = run_cells(select_cases(sorted({v for v, _, _ in committed})), engines, jobs=2, only=lambda cell: cell["id"] in keep)
+    record("cell", sum(1 for c in again if not c.get("same_start_as")))  # the others are a start made before
+    got = {(c["variant"], c["card"], c["saved_by"]): c for c in again}
+    changed = [
+        (key, committed[key]["result"], got.get(key, {}).get("result"))
+        for key in committed
+        if got.get(key, {}).get("result") != committed[key]["result"] or got[key].get("code") != committed[key].get("code")
+    ]
+    assert changed == []
+
+
+@pytest.mark.e2e
+def test_a_cell_served_over_http_by_the_launcher_with_torch_compile_gives_the_worker_answer(launched, tmp_path):
+    """The worker builds the engine in-process and eager; the image serves over HTTP with the
+    engine's default torch.compile. Both give the author's greedy ids: a transformers-5 Qwen3 on
+    nv-a100 (R3, R3b, R5 repaired), its committed cell exact."""
+    from conformance.models import ensure, model_dir, record
+    from tests.engine import ENGINE_0110
+
+    if not ENGINE_0110.available():
+        pytest.skip(ENGINE_0110.missing_reason)
+    [spec] = select_cases(["qwen3"])
+    ensure([spec], [AUTHOR.name])
+    model, rec = model_dir(spec, AUTHOR.name) / "model", record(spec, AUTHOR.name)
+    [cell] = [c for c in CELLS if c["variant"] == "qwen3" and c["card"] == "nv-a100" and c["saved_by"] == rec["transformers"]]
+    assert cell["result"] == "exact" and {"R3", "R3b", "R5"} <= set(cell["repairs"])
+    srv, plan = launched(ENGINE_0110, "nv-a100", model, tmp_path / "work", "--dtype", "float32")
+    assert "--enforce-eager" not in plan["args"] + plan["user_args"]
+    assert srv.greedy_tokens(str(model), rec["prompt"], len(rec["reference"])) == rec["reference"]

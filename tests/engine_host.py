@@ -1,0 +1,236 @@
+"""One pre-imported engine per engine venv, whose every start is a fork of it.
+
+    ENGINE_PYTHON -m tests.engine_host SOCKET
+
+A start of vLLM costs an interpreter, torch's and vLLM's import (10-15 s on two cores) before its
+own work. This host pays the import once (what conformance/engine_worker.py preloads) and forks
+a child per start that then runs exactly what the test asked for, with its argv, environment,
+working directory and log:
+  ENGINE/bin/vllm serve ...                  the engine's own CLI, in the child
+  ENGINE/bin/python -m common launch -- ...  the image's launcher, whose final exec of `vllm`
+                                             becomes that CLI in the same child, with the
+                                             environment, PYTHONPATH and sitecustomize the exec'd
+                                             interpreter would have had
+Only the launcher's exec differs from the image's; tests/engine.py's Server keeps the real exec
+for the tests that prove it (`exec_=True`), and so does a start whose plan patched the engine's
+source on disk (H1): the modules this host imported are not the patched ones, so the child then
+execs for real. Each child leads its own session (a kill of its group stops the engine's
+processes with it) and writes only to its log.
+
+Requests, one JSON line per connection, answered with one:
+  {"start": {"argv": [...], "env": {...}, "cwd": "...", "log": "..."}}  ->  {"pid": N}
+  {"poll": N}                                                        ->  {"returncode": int | null}
+The host is single-threaded (a fork of a threaded process can hang in the child): it reaps its
+children between requests, and ends with the process that started it, taking its children along.
+
+Python 3.10: vLLM 0.5.5 runs on it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import sys
+import traceback
+from typing import Any, Dict, List, NoReturn, Optional
+
+from conformance.engine_worker import CLIS, preload
+
+# Exit status of a child whose request could not even be set up.
+SETUP_FAILED = 121
+
+
+class Host:
+    def __init__(self, path: str) -> None:
+        self.children: Dict[int, Optional[int]] = {}  # pid -> return code, None while it runs
+        self.parent = os.getppid()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(16)
+        self.listener.settimeout(1.0)
+        self.mtimes = _module_mtimes()
+
+    def serve(self) -> None:
+        print("engine host: ready", flush=True)
+        while os.getppid() == self.parent:
+            self._reap()
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(30)
+                request = json.loads(_read_line(conn))
+                self._reap()
+                if "start" in request:
+                    answer: Dict[str, Any] = {"pid": self._start(request["start"], conn)}
+                else:
+                    answer = {"returncode": self.children.get(int(request["poll"]))}
+                conn.sendall(json.dumps(answer).encode() + b"\n")
+        for pid, code in self.children.items():  # the tests' process is gone: so are its engines
+            if code is None:
+                _kill_group(pid)
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.children[pid] = os.waitstatus_to_exitcode(status)
+
+    def _start(self, spec: Dict[str, Any], conn: socket.socket) -> int:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid:
+            self.children[pid] = None
+            return pid
+        code = SETUP_FAILED
+        try:
+            conn.close()
+            self.listener.close()
+            code = _child(spec, self.mtimes)
+        except SystemExit as exc:  # sys.exit(main()), as the `vllm` script ends
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if not isinstance(exc.code, (int, type(None))):
+                print(exc.code, file=sys.stderr)
+        except BaseException:  # noqa: B902 - the child's error is its log's, never the host's
+            traceback.print_exc()
+            code = 1
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+
+
+def _child(spec: Dict[str, Any], mtimes: Dict[str, float]) -> int:
+    os.setsid()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    log = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.chdir(spec["cwd"])
+    env: Dict[str, str] = dict(spec["env"])
+    os.environ.clear()
+    os.environ.update(env)
+    argv: List[str] = list(spec["argv"])
+    if os.path.basename(argv[0]) == "vllm":
+        _vllm(argv[1:])
+    if argv[1:4] == ["-m", "common", "launch"]:
+        return _launch(argv[4:], env, mtimes)
+    os.execvpe(argv[0], argv, env)  # anything else runs as it would have
+    return SETUP_FAILED
+
+
+def _launch(args: List[str], env: Dict[str, str], mtimes: Dict[str, float]) -> int:
+    """`python -m common launch -- ARGS` as the image's entrypoint runs it (common/cli.py), with
+    the environment it was started with, its exec of vLLM run here."""
+    import common.launch as launch
+
+    real_exec = os.execvpe
+
+    def exec_here(file: str, argv: List[str], exec_env: Dict[str, str]) -> None:
+        os.environ.clear()
+        os.environ.update(exec_env)
+        entries = [e for e in exec_env.get("PYTHONPATH", "").split(os.pathsep) if e]
+        for entry in reversed(entries):
+            if entry not in sys.path:
+                sys.path.insert(0, entry)
+        if file != "vllm" or _changed_on_disk(mtimes):
+            real_exec(file, argv, exec_env)  # a patched engine (or another program): the real exec
+        _sitecustomize(entries)
+        _vllm(argv[1:])
+
+    os.execvpe = exec_here  # type: ignore[assignment]
+    vllm_args = args[1:] if args[:1] == ["--"] else args
+    launch.launch(vllm_args, env)  # never returns: it "execs"
+    return SETUP_FAILED
+
+
+def _vllm(args: List[str]) -> NoReturn:
+    """The engine's own `vllm` CLI with `args`, in this process, ending as its script ends."""
+    for main_module, _, _ in CLIS:
+        try:
+            main = importlib.import_module(main_module).main
+            break
+        except (ImportError, AttributeError):
+            continue
+    else:
+        raise RuntimeError("this vLLM has no CLI the engine host knows")
+    sys.argv = ["vllm", *args]
+    raise SystemExit(main())
+
+
+def _sitecustomize(entries: List[str]) -> None:
+    """What the exec'd interpreter would have run at start: the first sitecustomize on PYTHONPATH."""
+    for entry in entries:
+        path = os.path.join(entry, "sitecustomize.py")
+        if os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location("sitecustomize", path)
+            if spec is not None and spec.loader is not None:
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+            return
+
+
+def _module_mtimes() -> Dict[str, float]:
+    out = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if path:
+            try:
+                out[path] = os.stat(path).st_mtime
+            except OSError:
+                pass
+    return out
+
+
+def _changed_on_disk(mtimes: Dict[str, float]) -> bool:
+    """Whether a module this host imported was rewritten since (a start-time engine patch)."""
+    for path, mtime in mtimes.items():
+        try:
+            if os.stat(path).st_mtime != mtime:
+                return True
+        except OSError:
+            return True
+    return False
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def main(argv: List[str]) -> int:
+    preload()
+    import common.launch  # noqa: F401 - the launcher's own imports, paid once too
+
+    Host(argv[0]).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,354 @@
+"""R10: an architecture the engine lacks, served through the image's backport where the engine's
+layer API (a profile fact read from its source) has what the backport calls; a clean model, and
+every model on an engine that has the class, gets nothing."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from common.profile import PROFILE_DIR, Profile
+from common.rules.weights_plugin import PLUGIN_DIR
+from common.triage import triage_file
+from common.vllm_plugin.compat_backports import BACKPORTS, ENV, LAYERS_055, fitting
+
+from tests.helpers import ROOT, model_dir, preflight_json
+
+QWEN3 = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.fixture(autouse=True)
+def only_r10(env_for_tests):
+    """The other rules have their own tests; here they would only add unrelated repairs."""
+    env_for_tests["COMPAT_SKIP"] = "R2,R3,R3b,R3c,R5,H1,H2,R7,R8,R9,MB"
+
+
+def profile_data(card):
+    with open(f"{PROFILE_DIR}/{card}.json", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def outcome_on(data, config, tmp_path, env=None):
+    """(R10's outcome, R4's outcome) for `config` against a profile given as JSON (in-process)."""
+    from common.facts import gather_facts
+    from common.modeldir import ModelDir
+    from common.rules import Context, r4_architectures, r10_backport
+    from common.vllm_args import UserArgs
+
+    model = ModelDir(str(model_dir(tmp_path / "m", {"config.json": config})))
+    ctx = Context(model=model, profile=Profile(data), facts=gather_facts(model), user=UserArgs([]), env=env or {})
+    return r10_backport.RULE.check(ctx), r4_architectures.RULE.check(ctx)
+
+
+def stand_in_vllm(site: Path, layer_api) -> Path:
+    """A vllm package under `site` defining each symbol of `layer_api` with its parameters (the
+    source the engine-side check reads; nothing in it runs). The unit tier's Python has no vLLM."""
+    files = {}
+    for symbol, params in layer_api.items():
+        path, _, dotted = symbol.partition(":")
+        owner, _, method = dotted.partition(".")
+        files.setdefault(path, {}).setdefault(owner, {})[method or "__init__"] = params
+    for path, owners in files.items():
+        lines = []
+        for name, methods in owners.items():
+            if name[0].islower():  # a function: its own parameters
+                lines.append(f"def {name}({', '.join(methods['__init__'])}):\n    pass\n")
+                continue
+            lines.append(f"class {name}:")
+            lines.extend(f"    def {m}(self{''.join(', ' + p for p in ps)}):\n        pass" for m, ps in methods.items())
+            lines.append("")
+        target = site / "vllm" / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("\n".join(lines) + "\n")
+    (site / "vllm" / "__init__.py").touch()
+    return site
+
+
+def test_bi100_gets_the_backport_through_the_plugin(tmp_path, env_for_tests):
+    model = model_dir(tmp_path / "qwen3", {"config.json": QWEN3})
+    site = stand_in_vllm(tmp_path / "site", profile_data("iluvatar-bi100")["engine"]["layer_api"])
+    plan = preflight_json(model, "iluvatar-bi100", env=dict(env_for_tests, PYTHONPATH=str(site)))
+    [r10] = plan["repairs"]
+    assert r10["code"] == "R10" and r10["verified"] is True, plan
+    assert r10["env"] == {ENV: "Qwen3ForCausalLM", "PYTHONPATH": PLUGIN_DIR}
+    assert plan["env"][ENV] == "Qwen3ForCausalLM" and plan["env"]["PYTHONPATH"].split(os.pathsep)[0] == PLUGIN_DIR
+    assert plan["args"] == [] and not [f for f in plan["findings"] if f["severity"] in ("error", "unverified")], plan
+
+
+def test_verification_asks_the_engines_own_vllm(tmp_path, env_for_tests):
+    """The profile says the layer API fits; the engine's Python (here one whose vLLM is a stand-in
+    lacking one parameter) says otherwise: the repair is dropped with the reason."""
+    fake = tmp_path / "site" / "vllm" / "attention"
+    fake.mkdir(parents=True)
+    (fake.parent / "__init__.py").write_text("")
+    (fake / "layer.py").write_text("class Attention:\n    def __init__(self, num_heads, head_size, scale):\n        pass\n")
+    env = dict(env_for_tests, PYTHONPATH=str(tmp_path / "site"))
+    plan = preflight_json(model_dir(tmp_path / "qwen3", {"config.json": QWEN3}), "iluvatar-bi100", env=env)
+    [r10] = plan["repairs"]
+    assert r10["verified"] is False and ENV not in plan["env"], plan
+    [finding] = [f for f in plan["findings"] if f["code"] == "R10"]
+    assert finding["severity"] == "error" and "Attention(num_kv_heads)" in finding["message"], finding
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(QWEN3, architectures=["Ministral3ForCausalLM"], model_type="ministral3"),
+        # Ministral 3 / Devstral Small 2 as published: the vision-language wrapper, served as text.
+        {
+            "architectures": ["Mistral3ForConditionalGeneration"],
+            "model_type": "mistral3",
+            "text_config": dict(QWEN3, model_type="ministral3"),
+        },
+    ],
+)
+def test_ministral3_and_its_wrapper_get_the_backport_on_bi100(tmp_path, config):
+    r10, r4 = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
+    [repair] = r10.repairs
+    assert repair.env == {ENV: config["architectures"][0]} and r10.findings == [] and r4.findings == []
+    # Its YaRN rides on the engine's yarn rotary taking attn_factor: asked of the engine too.
+    assert "attn_factor" in repair.engine_check["requires"]["model_executor/layers/rotary_embedding.py:YaRNScalingRotaryEmbedding"]
+
+
+def test_an_engine_with_the_class_gets_nothing(tmp_path):
+    data = profile_data("nv-a100")
+    assert "Qwen3ForCausalLM" in data["engine"]["architectures"]
+    r10, r4 = outcome_on(data, QWEN3, tmp_path)
+    assert (r10.repairs, r10.findings, r4.repairs, r4.findings) == ([], [], [], [])
+
+
+def test_clean_model_gets_nothing_and_reads_nothing(tmp_path):
+    data = profile_data("iluvatar-bi100")
+    data["engine"]["layer_api"] = "not read for a model the engine serves"  # would break a reader
+    r10, _ = outcome_on(data, dict(QWEN3, architectures=["LlamaForCausalLM"], model_type="llama"), tmp_path)
+    assert r10.repairs == [] and r10.findings == []
+
+
+def test_a_layer_api_without_what_the_backport_calls_needs_a_newer_engine(tmp_path):
+    """The generation after 0.5.5 passes one vllm_config to a model and keeps the KV cache out of
+    attention's arguments: the backport does not fit, whatever the version says."""
+    data = profile_data("iluvatar-bi100")
+    data["engine"]["layer_api"]["attention/layer.py:Attention.forward"] = ["query", "key", "value", "output_shape"]
+    del data["engine"]["layer_api"]["model_executor/model_loader/loader.py:build_model"]
+    r10, r4 = outcome_on(data, QWEN3, tmp_path)
+    [finding] = r10.findings
+    assert r10.repairs == [] and finding.severity == "error" and "needs a newer engine" in finding.message
+    assert "Attention.forward(kv_cache)" in finding.message and "build_model" in finding.message
+    assert r4.findings == [] and r4.repairs == []  # one finding for one class: R10's
+
+
+def test_a_profile_without_a_layer_api_says_unverified(tmp_path):
+    data = profile_data("iluvatar-bi100")
+    del data["engine"]["layer_api"]
+    r10, _ = outcome_on(data, QWEN3, tmp_path)
+    assert r10.repairs == [] and [f.severity for f in r10.findings] == ["unverified"]
+
+
+@pytest.mark.parametrize(
+    "change, env, expected",
+    [
+        ({"general_plugins": False}, {}, "error"),
+        ({"general_plugins": None}, {}, "unverified"),
+        ({}, {"VLLM_PLUGINS": "other"}, "error"),
+        # Registering a class needs no weight iterator (R8 and R9 do).
+        ({"weights_iterator_hook": False}, {}, None),
+    ],
+)
+def test_the_plugin_must_run_in_the_engine(tmp_path, change, env, expected):
+    data = profile_data("iluvatar-bi100")
+    data["engine"].update(change)
+    r10, _ = outcome_on(data, QWEN3, tmp_path, env)
+    if expected is None:
+        assert [r.code for r in r10.repairs] == ["R10"] and r10.findings == []
+    else:
+        assert r10.repairs == [] and [f.severity for f in r10.findings] == [expected]
+
+
+def test_a_class_without_a_backport_is_still_r4s(tmp_path):
+    data = profile_data("iluvatar-bi100")
+    r10, r4 = outcome_on(data, dict(QWEN3, architectures=["SmolLM3ForCausalLM"], model_type="smollm3"), tmp_path)
+    assert r10.repairs == [] and r10.findings == []
+    [finding] = r4.findings
+    assert finding.severity == "error" and "needs a newer engine" in finding.message
+
+
+def test_every_backport_fits_the_bi100_profile_and_calls_only_probed_api():
+    """The committed BI-100 profile (snapshotted from vLLM 0.5.5) has what every backport calls,
+    and the snapshot probes every symbol a backport lists."""
+    sys.path.insert(0, str(ROOT / "compat_build"))
+    try:
+        import snapshot_engine
+    finally:
+        sys.path.pop(0)
+    profile = Profile(profile_data("iluvatar-bi100"))
+    for arch, backport in BACKPORTS.items():
+        assert set(backport.requires) <= set(snapshot_engine.LAYER_API), arch
+        assert fitting(arch, profile.layer_api) == (backport, []), arch
+    assert set(LAYERS_055) <= set(snapshot_engine.LAYER_API)
+
+
+def test_triage_names_r10_for_the_refusal_of_a_backported_class(tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text("ValueError: Model architectures ['Qwen3ForCausalLM'] are not supported for now. Supported architectures: [...]\n")
+    assert triage_file(str(log)).code == "R10"
+    log.write_text("ValueError: Model architectures ['SmolLM3ForCausalLM'] are not supported for now. Supported architectures: [...]\n")
+    assert triage_file(str(log)).code == "R4"
+
+
+def test_the_plugin_without_the_variable_imports_neither_torch_nor_vllm():
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['vllm'] = None; "
+        "import compat_weights as p; p.register(); print(sorted(m for m in sys.modules if m.startswith('compat_backports.')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=PLUGIN_DIR, capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert proc.stdout.strip() == "[]", proc.stderr
+
+
+def test_a_clean_start_never_imports_a_backport(env_for_tests):
+    model = Path(ROOT) / "tests" / "fixtures" / "models" / "455-generic"
+    code = (
+        "import sys, os; from common.preflight import build_plan; "
+        f"p = build_plan({str(model)!r}, 'iluvatar-bi100', [], os.environ); "
+        "assert p.args == [] and p.env == {}, (p.args, p.env); "
+        "print(sorted(m for m in sys.modules if 'backports.' in m or m in ('torch', 'vllm', 'ast')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=env_for_tests, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+EXAONE4 = {
+    "architectures": ["Exaone4ForCausalLM"],
+    "model_type": "exaone4",
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "sliding_window": 12,
+    "layer_types": ["sliding_attention", "full_attention"],
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize("window", [12, None], ids=["hybrid", "global"])
+def test_exaone4_gets_its_backport_on_bi100(tmp_path, window):
+    config = dict(EXAONE4, sliding_window=window)
+    if window is None:
+        config["layer_types"] = ["full_attention"] * 2
+    r10, r4 = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
+    [repair] = r10.repairs
+    assert repair.code == "R10" and repair.env[ENV] == "Exaone4ForCausalLM" and r4.findings == []
+    # Its windowed layers carry their own windows: the engine-wide one goes off, only where there is one.
+    assert repair.config_edits == ({"use_sliding_window": False} if window else {})
+
+
+def test_exaone4_needs_the_cache_config_that_carries_a_window(tmp_path):
+    """Its layers' windows reach 0.5.5's Attention only through the cache config each is built
+    with: an engine whose CacheConfig takes no window cannot serve them (Qwen3 still fits)."""
+    data = profile_data("iluvatar-bi100")
+    data["engine"]["layer_api"]["config.py:CacheConfig"] = ["block_size"]
+    r10, _ = outcome_on(data, EXAONE4, tmp_path)
+    [finding] = r10.findings
+    assert r10.repairs == [] and finding.severity == "error" and "CacheConfig(sliding_window)" in finding.message
+    r10, _ = outcome_on(data, QWEN3, tmp_path)
+    assert [r.code for r in r10.repairs] == ["R10"]
+
+
+def test_a_windowed_family_whose_config_names_no_window_still_gets_the_switch(tmp_path):
+    """Gemma 3's config class gives a 4096 window when config.json names none: the engine would
+    read that default as its model-wide window, so the switch goes into the config either way."""
+    config = dict(QWEN3, architectures=["Gemma3ForCausalLM"], model_type="gemma3_text")
+    r10, _ = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
+    [repair] = r10.repairs
+    assert repair.config_edits == {"use_sliding_window": False}
+
+
+# Qwen3.5 as published (text and vision, the language model under text_config), shaped like the
+# small checkpoints: Gated DeltaNet layers with full attention every fourth.
+QWEN35_TEXT = {
+    "model_type": "qwen3_5_text",
+    "hidden_size": 2048,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 16,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25},
+}
+QWEN35 = {
+    "architectures": ["Qwen3_5ForConditionalGeneration"],
+    "model_type": "qwen3_5",
+    "text_config": QWEN35_TEXT,
+    "vision_config": {"model_type": "qwen3_5_vision", "depth": 2},
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_qwen35_gets_its_backport_on_bi100_started_without_cuda_graphs(tmp_path):
+    r10, r4 = outcome_on(profile_data("iluvatar-bi100"), QWEN35, tmp_path)
+    [repair] = r10.repairs
+    assert repair.env[ENV] == "Qwen3_5ForConditionalGeneration" and r4.findings == []
+    # Its per-sequence state is indexed in Python each step: a CUDA graph would replay one batch's.
+    assert repair.args == ["--enforce-eager"] and repair.config_edits == {}
+
+
+def test_qwen35_needs_a_runner_that_hands_the_model_its_requests(tmp_path):
+    """The CPU runner's input preparation must take the finished requests (where the plugin adds
+    the request ids); an engine whose runner does not cannot keep a sequence's state."""
+    data = profile_data("iluvatar-bi100")
+    data["engine"]["layer_api"]["worker/cpu_model_runner.py:CPUModelRunner.prepare_model_input"] = ["seq_group_metadata_list"]
+    r10, _ = outcome_on(data, QWEN35, tmp_path)
+    [finding] = r10.findings
+    assert r10.repairs == [] and finding.severity == "error" and "prepare_model_input(finished_requests_ids)" in finding.message
+
+
+def test_qwen35_moe_gets_its_backport_on_the_engines_fused_moe(tmp_path):
+    config = dict(
+        QWEN35,
+        architectures=["Qwen3_5MoeForConditionalGeneration"],
+        model_type="qwen3_5_moe",
+        text_config=dict(QWEN35_TEXT, model_type="qwen3_5_moe_text", num_experts=256, num_experts_per_tok=8),
+    )
+    r10, r4 = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
+    [repair] = r10.repairs
+    assert repair.env[ENV] == "Qwen3_5MoeForConditionalGeneration" and repair.args == ["--enforce-eager"] and r4.findings == []
+    assert "model_executor/layers/fused_moe/layer.py:FusedMoE" in repair.engine_check["requires"]
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--tensor-parallel-size", "2"], "--tensor-parallel-size 2"),
+        (["-tp", "4"], "--tensor-parallel-size 4"),
+        (["--pipeline-parallel-size", "2"], "--pipeline-parallel-size 2"),
+        (["--enable-prefix-caching"], "--enable-prefix-caching"),
+    ],
+)
+def test_qwen35_on_more_than_one_device_or_with_a_prefix_cache_fails_before_the_start(tmp_path, args, said):
+    """The backport refuses these when the engine builds it; doctor and the preflight say so first."""
+    from common.facts import gather_facts
+    from common.modeldir import ModelDir
+    from common.rules import Context, r10_backport
+    from common.vllm_args import UserArgs
+
+    model = ModelDir(str(model_dir(tmp_path / "m", {"config.json": QWEN35})))
+    ctx = Context(model=model, profile=Profile(profile_data("iluvatar-bi100")), facts=gather_facts(model), user=UserArgs(args), env={})
+    outcome = r10_backport.RULE.check(ctx)
+    [finding] = outcome.findings
+    assert outcome.repairs == [] and finding.severity == "error" and said in finding.message, finding.message
+    ctx.user = UserArgs(["--tensor-parallel-size", "1"])
+    assert [r.code for r in r10_backport.RULE.check(ctx).repairs] == ["R10"]

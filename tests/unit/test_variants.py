@@ -1,0 +1,172 @@
+"""A card with several engines: doctor reports every variant of the card and recommends the one
+that starts the model with the fewest repairs; `card@variant` names one alone everywhere a card
+name goes."""
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from common import doctor, profile
+
+from tests.helpers import model_dir
+
+# The newest engine's transformers is 5.x: the author venv's stands in for its Python here.
+NEXT_PYTHON = Path(__file__).resolve().parents[2] / ".venv-author" / "bin" / "python"
+needs_transformers5 = pytest.mark.skipif(not NEXT_PYTHON.exists(), reason="needs .venv-author: run `make author-env`")
+
+QWEN35 = {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5", "hidden_size": 256, "num_attention_heads": 4, "head_dim": 64}
+
+
+@pytest.fixture
+def profiles(tmp_path, monkeypatch):
+    """The committed nv-a100 profile, and an `nv-a100@next` one of a transformers-5 engine that
+    serves Qwen3.5 (its facts as the newest engine's snapshot gives them)."""
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    shutil.copy(os.path.join(profile.PROFILE_DIR, "nv-a100.json"), folder / "nv-a100.json")
+    data = json.loads((folder / "nv-a100.json").read_text())
+    data["card"], data["vllm_version"], data["transformers_version"] = "nv-a100@next", "0.32.0", "5.19.0"
+    engine = data["engine"]
+    engine["architectures"].append("Qwen3_5ForCausalLM")
+    engine["config_model_types"].append("qwen3_5")
+    engine["tokenizer_classes"].append("TokenizersBackend")
+    engine["reads"] = {"rope_parameters": True, "dtype": True, "extra_special_tokens_list": True}
+    (folder / "nv-a100@next.json").write_text(json.dumps(data))
+    monkeypatch.setattr(profile, "PROFILE_DIR", str(folder))
+    return folder
+
+
+def test_variants_of_a_card(profiles):
+    assert profile.variants_of("nv-a100") == ["nv-a100", "nv-a100@next"]
+    assert profile.variants_of("nv-a100@next") == ["nv-a100@next"]
+    assert profile.load_profile("nv-a100@next").transformers_version == "5.19.0"
+
+
+@needs_transformers5
+def test_doctor_reports_every_variant_and_recommends_the_one_that_starts(profiles, tmp_path, env_for_tests, capsys):
+    model = model_dir(tmp_path / "m", {"config.json": QWEN35})
+    env = dict(env_for_tests, COMPAT_WORK_DIR=str(tmp_path / "work"), COMPAT_ENGINE_PYTHON_NEXT=str(NEXT_PYTHON))
+    assert doctor.run(str(model), "nv-a100", [], env, as_json=True) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["recommended"] == "nv-a100@next" and data["card"] == "nv-a100@next"
+    # 0.11's transformers reads the config with the image's class (R12), and the engine still
+    # lacks the architecture: the image's backport is written against 0.5.5's layers (R10).
+    assert data["variants"]["nv-a100"]["verdict"] == "fails" and "R10" in data["variants"]["nv-a100"]["failing"]
+    assert data["variants"]["nv-a100@next"]["verdict"] == "starts"
+    assert doctor.run(str(model), "nv-a100", [], env, as_json=False) == 0
+    text = capsys.readouterr().out
+    assert "| nv-a100 | 0.11.0 | fails |" in text and "| nv-a100@next (recommended) | 0.32.0 | starts |" in text
+    assert "recommended: nv-a100@next (the nv-a100 engine: fails)" in text
+
+
+@needs_transformers5
+def test_a_transformers5_model_needs_no_repair_on_a_transformers5_engine(profiles, models, env_for_tests, capsys, tmp_path):
+    """The profile decides, not a version number: R3, R3b and R5 find nothing to repair there."""
+    env = dict(env_for_tests, COMPAT_WORK_DIR=str(tmp_path / "work"), COMPAT_ENGINE_PYTHON_NEXT=str(NEXT_PYTHON))
+    assert doctor.run(str(models("v5-generic")), "nv-a100", [], env, as_json=True) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["recommended"] == "nv-a100@next" and data["repairs"] == [] and data["args"] == []
+    assert data["variants"]["nv-a100"]["verdict"] == "starts" and data["variants"]["nv-a100"]["args"]
+
+
+@needs_transformers5
+def test_a_named_variant_is_judged_alone(profiles, tmp_path, env_for_tests, capsys):
+    model = model_dir(tmp_path / "m", {"config.json": QWEN35})
+    env = dict(env_for_tests, COMPAT_WORK_DIR=str(tmp_path / "work"), COMPAT_ENGINE_PYTHON=str(NEXT_PYTHON))
+    assert doctor.run(str(model), "nv-a100@next", [], env, as_json=True) == 0
+    assert "variants" not in json.loads(capsys.readouterr().out)
+
+
+def test_a_variant_without_its_engines_python_is_unverified_not_judged_by_another(profiles, tmp_path, env_for_tests, capsys):
+    model = model_dir(tmp_path / "m", {"config.json": QWEN35})
+    env = dict(env_for_tests, COMPAT_WORK_DIR=str(tmp_path / "work"))
+    assert doctor.run(str(model), "nv-a100", [], env, as_json=True) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["variants"]["nv-a100@next"]["verdict"] == "unverified" and data["recommended"] is None
+
+
+# ---- which Python verifies each engine (common/engines.py) -----------------------------------
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+ENGINE_VENVS = [CHECKOUT / name / "bin" / "python" for name in (".venv-engine", ".venv-engine-next")]
+
+
+def fake_checkout(tmp_path, snapshot_env):
+    """A checkout holding one engine venv: its bin/python is a link to this interpreter."""
+    python = tmp_path / "checkout" / snapshot_env / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.symlink_to(os.path.realpath(sys.executable))
+    return tmp_path / "checkout", python
+
+
+def test_the_variable_wins_then_the_checkouts_venv_then_nothing_for_a_variant(tmp_path, monkeypatch):
+    from common import engines
+
+    # make profiles writes where this checkout keeps each card's engine (card.toml's snapshot_env).
+    venvs = json.loads(Path(engines.ENGINE_VENVS).read_text())
+    assert venvs["nv-a100@next"] == ".venv-engine-next" and venvs["iluvatar-bi100"] == ".venv-engine055"
+    root, python = fake_checkout(tmp_path, ".venv-engine-next")
+    monkeypatch.setattr(engines, "image_card", lambda: None)
+    named = engines.resolve("nv-a100@next", {"COMPAT_ENGINE_PYTHON_NEXT": "/opt/next/python"}, root=str(root))
+    assert (named.path, named.source) == ("/opt/next/python", "COMPAT_ENGINE_PYTHON_NEXT")
+    found = engines.resolve("nv-a100@next", {"COMPAT_ENGINE_PYTHON": "/opt/default/python"}, root=str(root))
+    assert (found.path, found.source) == (str(python), "this checkout's engine venv")
+    none = engines.resolve("nv-a100@next", {}, root=str(tmp_path / "elsewhere"))
+    assert none.path == "" and "COMPAT_ENGINE_PYTHON_NEXT" in none.source and ".venv-engine-next" in none.source
+    assert none.env({})["COMPAT_ENGINE_PYTHON"].startswith("(no engine Python")  # its checks cannot run
+    # A card's default engine without a venv: the Python running doctor, as preflight does.
+    default = engines.resolve("nv-a100", {}, root=str(tmp_path / "elsewhere"))
+    assert default.path == sys.executable and "no COMPAT_ENGINE_PYTHON set" in default.source
+    # A variant named by --card itself takes COMPAT_ENGINE_PYTHON too.
+    asked = engines.resolve("nv-a100@next", {"COMPAT_ENGINE_PYTHON": "/opt/x"}, asked=True, root=str(tmp_path / "elsewhere"))
+    assert asked.path == "/opt/x"
+
+
+def test_inside_an_image_its_own_python_is_the_default(tmp_path, monkeypatch):
+    from common import engines
+
+    root, _ = fake_checkout(tmp_path, ".venv-engine")
+    monkeypatch.setattr(engines, "image_card", lambda: "nv-a100")
+    inside = engines.resolve("nv-a100", {}, root=str(root))
+    assert (inside.path, inside.source) == (sys.executable, "the image's own Python")
+    assert engines.resolve("nv-a100", {"COMPAT_ENGINE_PYTHON": "/opt/x"}, root=str(root)).path == "/opt/x"
+    # Another card's engine is not the image's: its variant stays without one.
+    assert engines.resolve("nv-a100@next", {}, root=str(root)).path == ""
+
+
+@pytest.mark.skipif(not all(p.exists() for p in ENGINE_VENVS), reason="needs .venv-engine and .venv-engine-next: run `make envs`")
+def test_doctor_finds_the_checkouts_engine_venvs_and_says_which_verified(models):
+    """No COMPAT_ENGINE_PYTHON* set: each variant of nv-a100 is verified with this checkout's own
+    engine venv (0.11.0's, 0.32.0's), never left unverified for want of a variable, and each
+    verdict names the Python that verified it."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPAT_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "common", "doctor", str(models("v5-generic")), "--card", "nv-a100", "--json"],
+        cwd=str(CHECKOUT),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    data = json.loads(proc.stdout)
+    variants = data["variants"]
+    assert proc.returncode == 0 and variants["nv-a100@next"]["verdict"] == "starts" and variants["nv-a100"]["verdict"] == "starts", data
+    for name, venv in (("nv-a100", ENGINE_VENVS[0]), ("nv-a100@next", ENGINE_VENVS[1])):
+        assert variants[name]["engine_python"] == {"path": str(venv), "source": "this checkout's engine venv"}
+    assert data["recommended"] == "nv-a100@next" and data["repairs"] == []
+    text = subprocess.run(
+        [sys.executable, "-m", "common", "doctor", str(models("v5-generic")), "--card", "nv-a100"],
+        cwd=str(CHECKOUT),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    assert "checked with: .venv-engine-next/bin/python (this checkout's engine venv)" in text
+    assert "| nv-a100 | 0.11.0 | starts | R3, R3b, R5 | - | .venv-engine/bin/python (this checkout's engine venv) |" in text
