@@ -91,7 +91,7 @@ test:
 test-in-daemon:
 	@$(PYTHON) -m compat_build.prune --sweep --if-daemon
 	@$(MAKE) --no-print-directory -j4 envs images-in-daemon IF_DAEMON=--if-daemon
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
+	$(PY) -m pytest -n $(TEST_WORKERS) --durations=30
 
 test-fast: venv author-env upstream-src
 	$(PY) -m pytest -m "not e2e and not images"

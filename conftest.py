@@ -54,32 +54,43 @@ def pytest_report_header(config):
     return f"fuzz seed: {os.environ['FUZZ_SEED']} (FUZZ_SEED={os.environ['FUZZ_SEED']} runs the same inputs again)"
 
 
+def _scope(nodeid: str, budget: dict) -> str:
+    """The unit pytest-xdist hands one worker whole: the image tier (one registry, one sweep of the
+    daemon), each module that starts engines (its module-scoped starts are shared by its tests, and
+    a batch fixture would otherwise run on both workers), and every other test alone."""
+    module = nodeid.split("::", 1)[0]
+    if module.startswith("tests/images/"):
+        return "images"
+    return module if module in budget else nodeid
+
+
+def _scope_weight(scope: str, budget: dict) -> int:
+    if scope == "images":
+        return sum(n for m, n in budget.items() if m.startswith("tests/images/"))
+    return budget.get(scope, 0)
+
+
 def pytest_collection_modifyitems(session, config, items):
-    # Under pytest-xdist (`make test`: --dist loadgroup), a module that starts engines runs whole
-    # on one worker (its module-scoped starts are shared by its tests, and a batch fixture would
-    # otherwise run on both), the image tier all on one (one registry, one sweep of the daemon);
-    # those groups go first, the longest first (by their budget of starts), so that the many
-    # short unit tests fill in beside them instead of one long module ending the run alone.
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
+    # The scopes that start engines first, the most starts first, so that the many short unit tests
+    # fill in beside them instead of one long module ending the run alone (`make test`: two workers).
     budget = load_budget()
-    weight: dict = {}  # group -> its starts' budget
-    group_of: dict = {}
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        group = "images" if module.startswith("tests/images/") else module
-        if group != "images" and module not in budget and not item.get_closest_marker("e2e"):
-            continue
-        if group not in weight:
-            weight[group] = 0
-            if group == "images":
-                weight[group] = sum(n for m, n in budget.items() if m.startswith("tests/images/"))
-            else:
-                weight[group] = budget.get(module, 0)
-        item.add_marker(pytest.mark.xdist_group(group))
-        group_of[item.nodeid] = group
-    rank = {group: i for i, group in enumerate(sorted(weight, key=lambda g: -weight[g]))}
-    items.sort(key=lambda item: rank.get(group_of.get(item.nodeid), len(rank)))  # stable: the rest keep their order
+    items.sort(key=lambda item: -_scope_weight(_scope(item.nodeid, budget), budget))  # stable: a scope stays together
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    budget = load_budget()
+
+    class TierScheduling(LoadScopeScheduling):
+        """pytest-xdist's scope scheduling over `_scope`'s units, in collection order."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid, budget)
+
+    config.option.loadscopereorder = False  # the order of the collection is the one wanted
+    return TierScheduling(config, log)
 
 
 def pytest_runtest_logreport(report):
@@ -104,15 +115,25 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     budget = load_budget()
     terminalreporter.write_line(starts.summary(_all_starts(), budget))
-    for problem in starts.over_budget(_all_starts(), budget):
+    for problem in _budget_problems(config, budget):
         terminalreporter.write_line(f"ENGINE START BUDGET: {problem}", red=True)
+
+
+def _budget_problems(config, budget: dict) -> list:
+    from tests.engine import ENGINES
+
+    try:
+        workers = int(getattr(config.option, "numprocesses", None) or 1)
+    except (TypeError, ValueError):  # "auto", "logical"
+        workers = os.cpu_count() or 1
+    return starts.over_budget(_all_starts(), budget) + starts.host_problems(_all_starts(), workers, len(ENGINES))
 
 
 def pytest_sessionfinish(session, exitstatus):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         session.config.workeroutput["engine_starts"] = starts.recorded()
         return
-    if starts.over_budget(_all_starts(), load_budget()) and session.exitstatus == 0:
+    if _budget_problems(session.config, load_budget()) and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # what the budget says is in the summary
     if not _durations:
         return

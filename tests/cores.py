@@ -47,6 +47,13 @@ def pin_env(cores: List[int]) -> Dict[str, str]:
     return {"VLLM_CPU_OMP_THREADS_BIND": bind_string(cores), "OMP_NUM_THREADS": str(len(cores))}
 
 
+def container_pin_env(cores: List[int]) -> Dict[str, str]:
+    """A container's share: its cpuset holds the cores, and the engine binds nothing itself (0.5.5
+    binds through numa_migrate_pages, which a container without CAP_SYS_NICE is refused; left
+    unset, each generation keeps its threads inside the cpuset)."""
+    return {"OMP_NUM_THREADS": str(len(cores))}
+
+
 def pinned() -> Optional[List[int]]:
     """The cores this process is pinned to, when it has fewer than the machine."""
     mine = sorted(os.sched_getaffinity(0))

@@ -122,15 +122,49 @@ def _child(spec: Dict[str, Any], mtimes: Dict[str, float]) -> int:
     os.close(log)
     os.chdir(spec["cwd"])
     env: Dict[str, str] = dict(spec["env"])
-    os.environ.clear()
-    os.environ.update(env)
     argv: List[str] = list(spec["argv"])
+    _as_if_started(argv, env)
     if os.path.basename(argv[0]) == "vllm":
         _vllm(argv[1:])
     if argv[1:4] == ["-m", "common", "launch"]:
         return _launch(argv[4:], env, mtimes)
     os.execvpe(argv[0], argv, env)  # anything else runs as it would have
     return SETUP_FAILED
+
+
+def _as_if_started(argv: List[str], env: Dict[str, str]) -> None:
+    """Make this child what a Python started as `argv` with `env` would be: its environment, its
+    PYTHONPATH first on sys.path and that path's sitecustomize run. Where the path holds another
+    copy of a module this host imported (a vLLM copy on PYTHONPATH, as R7's test puts one), the
+    fork cannot be that Python: it execs `argv` for real."""
+    os.environ.clear()
+    os.environ.update(env)
+    entries = [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]
+    if _shadows(entries):
+        os.execvpe(argv[0], argv, env)
+    for entry in reversed(entries):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    _sitecustomize(entries)
+
+
+def _shadows(entries: List[str]) -> bool:
+    """Whether a directory of `entries` holds a top-level module or package this process already
+    imported from elsewhere (sitecustomize aside: it is run, not imported)."""
+    for entry in entries:
+        try:
+            names = os.listdir(entry)
+        except OSError:
+            continue
+        for name in names:
+            top = name[:-3] if name.endswith(".py") else name
+            module = sys.modules.get(top)
+            if top == "sitecustomize" or module is None:
+                continue
+            where = getattr(module, "__file__", None) or ""
+            if not os.path.abspath(where).startswith(os.path.abspath(entry) + os.sep):
+                return True
+    return False
 
 
 def _launch(args: List[str], env: Dict[str, str], mtimes: Dict[str, float]) -> int:
@@ -141,15 +175,10 @@ def _launch(args: List[str], env: Dict[str, str], mtimes: Dict[str, float]) -> i
     real_exec = os.execvpe
 
     def exec_here(file: str, argv: List[str], exec_env: Dict[str, str]) -> None:
-        os.environ.clear()
-        os.environ.update(exec_env)
-        entries = [e for e in exec_env.get("PYTHONPATH", "").split(os.pathsep) if e]
-        for entry in reversed(entries):
-            if entry not in sys.path:
-                sys.path.insert(0, entry)
         if file != "vllm" or _changed_on_disk(mtimes):
             real_exec(file, argv, exec_env)  # a patched engine (or another program): the real exec
-        _sitecustomize(entries)
+        os.execvpe = real_exec  # type: ignore[assignment] - a real exec from here on is one
+        _as_if_started(argv, exec_env)
         _vllm(argv[1:])
 
     os.execvpe = exec_here  # type: ignore[assignment]

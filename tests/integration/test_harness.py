@@ -74,3 +74,11 @@ def test_a_module_rewritten_on_disk_sends_the_host_to_a_real_exec(tmp_path, monk
     module.write_text("X = 2\n")
     os.utime(module, (time.time() + 5, time.time() + 5))
     assert _changed_on_disk(mtimes)
+
+
+def test_hosts_are_no_modules_and_one_per_engine_and_worker():
+    """The first test of a worker to start an engine pays for its host, whichever test that is."""
+    made = [("tests/test_a.py::test_one", "host"), ("tests/test_a.py::test_one", "server"), ("tests/test_b.py::test_two", "host")]
+    assert starts.by_module(made) == {"tests/test_a.py": {"server": 1}}
+    assert starts.host_problems(made, workers=1, engines=3) == []
+    assert starts.host_problems(made * 2, workers=1, engines=3) == ["4 engine hosts started, more than one per engine (3) and worker (1)"]
