@@ -3,9 +3,12 @@ side (pytest-xdist), and each gets its own share of the machine's cores, so that
 OpenMP threads spin, never fight for one core (two on one core slow both several times over).
 
 A worker is pinned (its own affinity, which every process it starts inherits) and tells the
-engines it starts which cores to bind their threads to: vLLM's CPU backend binds its OpenMP
-threads itself (VLLM_CPU_OMP_THREADS_BIND; 0.11's default "auto" takes a whole NUMA node, past
-any affinity), and Docker's containers get the same cores (cpuset). Standard library only.
+engines it starts which cores to bind their threads to (vLLM's CPU backend binds its OpenMP
+threads itself: VLLM_CPU_OMP_THREADS_BIND). The image tier's containers are not pinned: they run
+as the platform runs them, and vLLM 0.5.5 binds through numa_migrate_pages, which a container
+without CAP_SYS_NICE is refused; a 0.32 container on one core hung in its shutdown once. The
+image tier runs on one worker, so at most one container engine shares the cores with the other
+worker. Standard library only.
 """
 
 from __future__ import annotations
@@ -45,16 +48,3 @@ def pin_this_worker(worker: str, workers: int) -> Optional[List[int]]:
 
 def pin_env(cores: List[int]) -> Dict[str, str]:
     return {"VLLM_CPU_OMP_THREADS_BIND": bind_string(cores), "OMP_NUM_THREADS": str(len(cores))}
-
-
-def container_pin_env(cores: List[int]) -> Dict[str, str]:
-    """A container's share: its cpuset holds the cores, and the engine binds nothing itself (0.5.5
-    binds through numa_migrate_pages, which a container without CAP_SYS_NICE is refused; left
-    unset, each generation keeps its threads inside the cpuset)."""
-    return {"OMP_NUM_THREADS": str(len(cores))}
-
-
-def pinned() -> Optional[List[int]]:
-    """The cores this process is pinned to, when it has fewer than the machine."""
-    mine = sorted(os.sched_getaffinity(0))
-    return mine if len(mine) < (os.cpu_count() or len(mine)) else None

@@ -16,7 +16,6 @@ from typing import Dict, List, Optional
 from docker.errors import APIError, NotFound
 
 from compat_build import owner
-from tests.cores import container_pin_env, pinned
 from tests.starts import record
 from tests.engine import START_TIMEOUT_S, Endpoint
 from tests.engine_env import COMMON_ENV
@@ -60,10 +59,6 @@ class Container(Endpoint):
         self.client = client
         self.port = port
         labels = {**owner.labels(), **(kwargs.pop("labels", None) or {})}
-        cores = pinned()
-        if cores is not None:  # a test worker's share of the cores (tests/cores.py): the engine in it too
-            kwargs.setdefault("cpuset_cpus", ",".join(map(str, cores)))
-            kwargs["environment"] = {**container_pin_env(cores), **(kwargs.get("environment") or {})}
         record("container")
         self.container = client.containers.run(image, command, detach=True, labels=labels, **kwargs)
 
