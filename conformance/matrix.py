@@ -28,6 +28,7 @@ from common.config_values import config_values
 from common.conformance_cells import fields_table
 from common.triage import scan, signatures, triage_file
 from common.vllm_args import UserArgs
+from tests.cores import pin_env
 from tests.engine_env import COMMON_ENV
 
 from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, load_cases
@@ -98,7 +99,7 @@ def run_engine(
     (work / "logs").mkdir(parents=True, exist_ok=True)
     spec = work / f"cells-{engine.vllm}.json"
     out = work / f"results-{engine.vllm}.jsonl"
-    pin = {} if core is None else {"VLLM_CPU_OMP_THREADS_BIND": str(core), "OMP_NUM_THREADS": "1"}
+    pin = {} if core is None else pin_env([core])
     spec.write_text(json.dumps({"cells": cells, "pin": pin}))
     env = dict(os.environ, **COMMON_ENV)
     for key in ("PYTHONPATH", "VIRTUAL_ENV", "COMPAT_ENGINE_PYTHON"):

@@ -43,3 +43,12 @@ def test_forms(config, value, source):
 def test_bad_values_are_problems(config, needle):
     head = detect_head_size(config)
     assert head.value is None and needle in head.problem
+
+
+@pytest.mark.parametrize("nope", [0.0, False, -0.0])
+def test_an_mla_nope_part_that_is_no_integer_is_said_and_never_float_arithmetic(nope):
+    """`make fuzz` found it: a float zero beside a huge rope part overflowed (OverflowError lost
+    every repair of the start); an integer zero is MLA without a nope part."""
+    size = detect_head_size({"qk_nope_head_dim": nope, "qk_rope_head_dim": 10**400})
+    assert size.value is None and "not integers" in size.problem
+    assert detect_head_size({"qk_nope_head_dim": 0, "qk_rope_head_dim": 64}).value == 64
