@@ -11,9 +11,11 @@ working directory and log:
                                              becomes that CLI in the same child, with the
                                              environment, PYTHONPATH and sitecustomize the exec'd
                                              interpreter would have had
-Only the launcher's exec differs from the image's; tests/engine.py's Server keeps the real exec
-for the tests that prove it (`exec_=True`), and so does a start whose plan patched the engine's
-source on disk (H1): the modules this host imported are not the patched ones, so the child then
+A V1 engine's core process (0.11, 0.32) is forked from the child too, where the CPU platform would
+spawn it and import everything again; the cards' accelerator platforms fork it as well.
+Only these two differ from the image's; tests/engine.py's Server keeps the real exec (and so the
+spawned core) for the tests that prove it (`exec_=True`), and so does a start whose plan patched
+the engine's source on disk (H1): the modules this host imported are not the patched ones, so the child then
 execs for real. Each child leads its own session (a kill of its group stops the engine's
 processes with it) and writes only to its log.
 
@@ -197,8 +199,26 @@ def _vllm(args: List[str]) -> NoReturn:
             continue
     else:
         raise RuntimeError("this vLLM has no CLI the engine host knows")
+    _engine_core_forked()
     sys.argv = ["vllm", *args]
     raise SystemExit(main())
+
+
+def _engine_core_forked() -> None:
+    """V1 engines start their engine core as a process of its own, spawned on the CPU platform
+    (which sets VLLM_WORKER_MULTIPROC_METHOD=spawn) and forked on an accelerator. A spawn imports
+    torch and vLLM again, what this host exists to pay once: here the core is forked, as the
+    cards' own engines fork it."""
+    import multiprocessing
+
+    module = sys.modules.get("vllm.v1.engine.utils")
+    if module is None:
+        try:
+            module = importlib.import_module("vllm.v1.engine.utils")
+        except ImportError:  # vLLM 0.5.5: no engine core process
+            return
+    if hasattr(module, "get_mp_context"):
+        module.get_mp_context = lambda: multiprocessing.get_context("fork")
 
 
 def _sitecustomize(entries: List[str]) -> None:
