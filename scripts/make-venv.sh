@@ -4,7 +4,9 @@
 # Venvs live in a cache outside the checkout, keyed by the hash of the env's spec files and the
 # Python version, so a fresh clone on the same machine reuses a 6 GB engine venv instead of
 # rebuilding it. A venv is only linked once its install finished (".complete" marker); a half-built
-# one is removed and rebuilt.
+# one is removed and rebuilt. Two makes that want the same venv at once (`make test` in one
+# terminal, `make demo` in another) take turns on a lock beside it: the second links what the
+# first built instead of removing it half-way.
 #
 # usage: scripts/make-venv.sh NAME LINK PYTHON
 set -euo pipefail
@@ -22,10 +24,13 @@ key=$( { echo "$pyver"; cat "$here/scripts/make-venv.sh"; find "$spec" -type f |
        | sha256sum | cut -c1-12)
 target="$cache/$name-$key"
 
+mkdir -p "$cache"
+exec 7>"$target.lock"
+flock 7
+
 if [ ! -f "$target/.complete" ]; then
     echo "make-venv: building $name ($pyver) in $target"
     rm -rf "$target"
-    mkdir -p "$cache"
     "$python" -m venv "$target"
     "$target/bin/python" -m pip install -q --upgrade pip
     PY="$target/bin/python" VENV="$target" bash "$spec/install.sh"
