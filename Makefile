@@ -115,6 +115,7 @@ bench: venv
 	@$(PY) scripts/bench_triage.py
 	@$(PY) scripts/bench_conformance.py
 	@$(PY) scripts/bench_qwen35.py
+	@$(PY) scripts/bench_tp.py
 	@$(PY) scripts/bench_memory.py
 
 bench-images: venv engine-env engine055-env engine-next-env

@@ -215,11 +215,13 @@ def _merged(base: Dict[str, Any], overrides: Mapping[str, Any]) -> Dict[str, Any
 
 
 def judge_start(
-    card: str, config: Mapping[str, Any], user: UserArgs, quantize_config: Optional[Mapping[str, Any]] = None
+    card: str, config: Mapping[str, Any], user: UserArgs, quantize_config: Optional[Mapping[str, Any]] = None, tp: Optional[int] = None
 ) -> Tuple[str, Optional[Dict[str, Any]], List[str]]:
-    """judge() for a start with the platform's arguments (a UserArgs)."""
+    """judge() for a start with the platform's arguments (a UserArgs), at their tensor-parallel
+    size or at `tp` where given (the smallest one memory says holds the model)."""
     view, args, problems = start_view(config, user)
-    tp = args.pop("tp")
+    asked = args.pop("tp")
+    tp = asked if tp is None else tp
     tokens, cell, open_list = judge(card, view, user.value("--max-model-len"), tp, quantize_config, **args)
     if problems and tokens == "proven":
         return "unproven", cell, problems

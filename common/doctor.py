@@ -59,18 +59,35 @@ def judge(data: Dict[str, Any]) -> Dict[str, Any]:
     data["verdict"] = "fails" if failing else "unverified" if unverified else "starts"
     data["failing"] = failing
     data["unverified"] = unverified
+    data["tokens_tp"] = asked_tp(data)
     data["tokens"], data["tokens_cell"], data["tokens_open"] = tokens_of(data)
     # The memory layer (rule KV, doctor only): weights and one request's KV cache on the card.
     facts = data.get("facts") or {}
     data["memory"] = facts.get("memory")
     data["facts"] = {k: v for k, v in facts.items() if k != "memory"}
+    smallest = (data["memory"] or {}).get("smallest_tp")
+    if isinstance(smallest, int) and smallest != data["tokens_tp"]:
+        # The platform will have to start it there: say whether its tokens are proven there too.
+        tokens, cell, open_list = tokens_of(data, smallest)
+        data["tokens_at_smallest_tp"] = {"tp": smallest, "tokens": tokens, "cell": cell, "open": open_list}
     return data
 
 
-def tokens_of(data: Dict[str, Any]) -> Tuple[str, Optional[str], List[str]]:
+def asked_tp(data: Dict[str, Any]) -> int:
+    """The tensor-parallel size of the platform's arguments (1 when they name none)."""
+    from .memory_fit import int_arg
+    from .vllm_args import UserArgs
+
+    try:
+        return int_arg(UserArgs(data.get("user_args") or []), "--tensor-parallel-size") or 1
+    except Exception:  # noqa: B902 - arguments doctor cannot read are the other findings' to say
+        return 1
+
+
+def tokens_of(data: Dict[str, Any], tp: Optional[int] = None) -> Tuple[str, Optional[str], List[str]]:
     """Whether the conformance matrix proved the model's greedy tokens on the card ("proven",
-    "differs", "unproven"), the cell that says so, and what no cell covered (deny by default:
-    common/conformance_cells.py)."""
+    "differs", "unproven") at the platform's tensor-parallel size (or `tp`), the cell that says
+    so, and what no cell covered (deny by default: common/conformance_cells.py)."""
     from .conformance_cells import judge_start
     from .modeldir import ModelDir
     from .vllm_args import UserArgs
@@ -80,10 +97,18 @@ def tokens_of(data: Dict[str, Any]) -> Tuple[str, Optional[str], List[str]]:
         config = model.json_object("config.json")
         user = UserArgs(data.get("user_args") or [])
         quantize = quantize_files(model)
-        tokens, cell, open_list = judge_start(data["card"], config, user, quantize)
+        tokens, cell, open_list = judge_start(data["card"], config, user, quantize, tp)
     except Exception as exc:  # noqa: B902 - an unreadable model has no cell: unproven, said by the other findings
         return "unproven", None, [f"the configuration could not be placed ({type(exc).__name__})"]
-    return tokens, (f"{cell['variant']} ({cell['saved_by']})" if cell else None), open_list
+    return tokens, cell_name(cell), open_list
+
+
+def cell_name(cell: Optional[Dict[str, Any]]) -> Optional[str]:
+    """How doctor names a conformance cell: its case and saver, and its size above TP 1."""
+    if not cell:
+        return None
+    size = int(cell.get("tp") or 1)
+    return f"{cell['variant']} ({cell['saved_by']}" + (f", TP {size})" if size > 1 else ")")
 
 
 def quantize_files(model: Any) -> Optional[Dict[str, Any]]:
@@ -124,9 +149,16 @@ def table(data: Dict[str, Any]) -> str:
         cell = (
             f" (conformance cell {data['tokens_cell']})" if data.get("tokens_cell") else " (no conformance cell covers this configuration)"
         )
-        lines.append(f"tokens: {data['tokens']}{cell}")
+        at = f" at TP {data['tokens_tp']}" if data.get("tokens_tp", 1) > 1 else ""
+        lines.append(f"tokens: {data['tokens']}{at}{cell}")
         if data.get("tokens_open"):
             lines.append("  not covered by any exact cell: " + "; ".join(data["tokens_open"]))
+        smallest = data.get("tokens_at_smallest_tp")
+        if smallest:
+            where = f" (conformance cell {smallest['cell']})" if smallest.get("cell") else ""
+            lines.append(f"tokens at TP {smallest['tp']}, the smallest size that holds it: {smallest['tokens']}{where}")
+            if smallest.get("open"):
+                lines.append("  not covered by any exact cell: " + "; ".join(smallest["open"]))
     if (data.get("memory") or {}).get("fits") is not None:
         from .memory_fit import summary as memory_summary
 

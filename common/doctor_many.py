@@ -115,6 +115,10 @@ def row_of(model: str, card: str, data: Dict[str, Any]) -> Dict[str, Any]:
         "args": data["args"],
         "env": data["env"],
         "tokens": data.get("tokens", "unproven"),
+        # The tensor-parallel size tokens were judged at (the platform's), and at the smallest
+        # size memory says holds the model where that is another.
+        "tokens_tp": data.get("tokens_tp", 1),
+        "tokens_at_smallest_tp": data.get("tokens_at_smallest_tp"),
         # What no exact cell covered (`field=value`): why tokens are not proven.
         "tokens_open": data.get("tokens_open") or [],
         "memory": data.get("memory"),
@@ -136,6 +140,8 @@ def error_row(model: str, card: str, message: str) -> Dict[str, Any]:
         "args": [],
         "env": {},
         "tokens": "unproven",
+        "tokens_tp": 1,
+        "tokens_at_smallest_tp": None,
         "tokens_open": [],
         "memory": None,
         "findings": [],

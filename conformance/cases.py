@@ -4,7 +4,9 @@ A case is one tiny model of one architecture in one configuration; a cell is a c
 one transformers, run on one card through that card's launcher. Which transformers saves a
 case for an engine: the author's (transformers 5) always, and a 4.x save too, since most real
 checkpoints carry one: the engine's own transformers where it is older (a checkpoint of the
-engine's own time), 4.57 on an engine that reads with transformers 5.
+engine's own time), 4.57 on an engine that reads with transformers 5. A case runs at tensor-
+parallel size 1 on every engine, and at the larger sizes cases.toml's [tensor_parallel] names it
+for (a cell per size: sharding is where a model goes wrong silently).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 try:
     import tomllib
@@ -93,6 +95,37 @@ def load_cases(path: Path = CASES) -> List[Dict[str, Any]]:
         case["shape"] = dict(shapes[raw["shape"]]) if "shape" in raw else {}
         cases.append(case)
     return cases
+
+
+def tensor_parallel(path: Path = CASES) -> Dict[str, Dict[int, Tuple[str, ...]]]:
+    """Engine generation -> tensor-parallel size above 1 -> the cases that run there too
+    (cases.toml's [tensor_parallel]); every name must be a case's."""
+    with open(path, "rb") as fh:
+        data = tomllib.load(fh)
+    names = {c["name"] for c in data["case"]}
+    out: Dict[str, Dict[int, Tuple[str, ...]]] = {}
+    for vllm, sizes in data.get("tensor_parallel", {}).items():
+        if vllm not in ENGINES:
+            raise ValueError(f"cases.toml: [tensor_parallel] names no engine {vllm!r}")
+        for size, cases in sizes.items():
+            unknown = sorted(set(cases) - names)
+            if unknown or int(size) < 2:
+                raise ValueError(
+                    f"cases.toml: [tensor_parallel.{vllm!r}] {size}: {'no case ' + ', '.join(unknown) if unknown else 'a size below 2'}"
+                )
+            out.setdefault(vllm, {})[int(size)] = tuple(cases)
+    return out
+
+
+def tp_sizes(case: str, engine: Engine, table: Optional[Dict[str, Dict[int, Tuple[str, ...]]]] = None) -> Tuple[int, ...]:
+    """The tensor-parallel sizes `case` runs at on `engine`: 1, then those the table names it for."""
+    sizes = (table if table is not None else tensor_parallel()).get(engine.vllm, {})
+    return (1,) + tuple(sorted(size for size, cases in sizes.items() if case in cases))
+
+
+def tp_args(tp: int) -> Tuple[str, ...]:
+    """What the platform adds to a start at tensor-parallel size `tp` (nothing at 1)."""
+    return ("--tensor-parallel-size", str(tp)) if tp > 1 else ()
 
 
 def case_key(case: Dict[str, Any], saver: str) -> str:

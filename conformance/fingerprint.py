@@ -32,7 +32,7 @@ from functools import cache
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
-from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, case_key
+from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, case_key, tp_args
 
 COMMON = ROOT / "common"
 PLUGIN = COMMON / "vllm_plugin"
@@ -195,14 +195,15 @@ def venv_spec(venv: str) -> str:
     return h.hexdigest()[:16]
 
 
-def fingerprint(case: Dict, saver: str, engine: Engine, card: str) -> str:
-    """One cell's fingerprint: 16 hex digits."""
+def fingerprint(case: Dict, saver: str, engine: Engine, card: str, tp: int = 1) -> str:
+    """One cell's fingerprint: 16 hex digits. The tensor-parallel size is in the arguments it
+    hashes (none at size 1: a cell's start is the platform's arguments plus the size's flag)."""
     h = hashlib.sha256()
     h.update(f"case {case_key(case, saver)}\n".encode())
     for venv in sorted({SAVERS[saver].venv, AUTHOR.venv}):  # the save, and the reference tokens
         h.update(f"saver {venv} {venv_spec(venv)}\n".encode())
     h.update(f"engine {engine.vllm} {venv_spec(engine.venv)}\n".encode())
-    h.update(("args " + " ".join(PLATFORM_ARGS + engine.serve_args) + "\n").encode())
+    h.update(("args " + " ".join(PLATFORM_ARGS + engine.serve_args + tp_args(tp)) + "\n").encode())
     for path in path_files(card, case["architecture"]):
         h.update(f"{path.relative_to(ROOT)} {_file_hash(path)}\n".encode())
     return h.hexdigest()[:16]

@@ -31,7 +31,7 @@ from common.vllm_args import UserArgs
 from tests.cores import pin_env
 from tests.engine_env import COMMON_ENV
 
-from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, load_cases
+from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, load_cases, tensor_parallel, tp_args, tp_sizes
 from .fingerprint import doctor_fingerprint, fingerprint
 from .models import ensure, model_dir, record
 
@@ -46,21 +46,28 @@ def cell_values(config: Dict[str, Any], vllm: str, architecture: str, tp: int) -
     return config_values(config, fields, None, int(tp or 1))
 
 
-def cell_id(case: str, saver: str, card: str) -> str:
-    return f"{case}|{saver}|{card}"
+def cell_id(case: str, saver: str, card: str, tp: int = 1) -> str:
+    return f"{case}|{saver}|{card}" + (f"|tp{tp}" if tp > 1 else "")
+
+
+def cell_key(cell: Dict[str, Any]) -> Tuple[str, str, str, int]:
+    """A results.json cell's identity: its case, who saved it, its card, its tensor-parallel size."""
+    return (cell["variant"], cell["saved_by"], cell["card"], int(cell.get("tp") or 1))
 
 
 def plan_cells(engine: Engine, cases: Sequence[Dict[str, Any]], work: Path) -> List[Dict[str, Any]]:
     """The cells of one engine: each case, each of the engine's savers that could save it, each
-    card; with the environment a container of that card starts with."""
+    card, each tensor-parallel size the case runs at; with the environment a container of that
+    card starts with."""
     cells = []
+    sizes = tensor_parallel()
     for card in engine.cards:
         for case in cases:
-            for saver in engine.savers:
+            for saver, tp in ((s, tp) for s in engine.savers for tp in tp_sizes(case["name"], engine, sizes)):
                 rec = record(case, saver)
                 if not rec or rec.get("error"):
                     continue
-                cid = cell_id(case["name"], saver, card)
+                cid = cell_id(case["name"], saver, card, tp)
                 slug = cid.replace("|", "-").replace("@", "_")
                 env = dict(
                     COMMON_ENV,
@@ -74,13 +81,14 @@ def plan_cells(engine: Engine, cases: Sequence[Dict[str, Any]], work: Path) -> L
                 cells.append(
                     {
                         "id": cid,
-                        "key": (case["name"], rec["transformers"], card),
+                        "key": (case["name"], rec["transformers"], card, tp),
                         # Taken before the run: the code the cell runs, not what the tree holds after.
-                        "fingerprint": fingerprint(case, saver, engine, card),
+                        "fingerprint": fingerprint(case, saver, engine, card, tp),
                         "card": card,
                         "saver": saver,
+                        "tp": tp,
                         "model": env["MODEL_DIR"],
-                        "args": list(PLATFORM_ARGS) + list(engine.serve_args),
+                        "args": list(PLATFORM_ARGS) + list(engine.serve_args) + list(tp_args(tp)),
                         "prompt": rec["prompt"],
                         "count": len(rec["reference"]),
                         "log": str(work / "logs" / f"{slug}.log"),
@@ -91,27 +99,31 @@ def plan_cells(engine: Engine, cases: Sequence[Dict[str, Any]], work: Path) -> L
 
 
 def run_engine(
-    engine: Engine, cells: List[Dict[str, Any]], work: Path, progress: Any, core: Optional[int] = None
+    engine: Engine, cells: List[Dict[str, Any]], work: Path, progress: Any, core: Optional[int] = None, tp: int = 1
 ) -> Dict[str, Dict[str, Any]]:
-    """The worker's result of every cell, by id. `core`: the one CPU this worker's engines use
-    (workers side by side each get their own; the engines' OpenMP threads spin, and two of them
-    on one core slow both several times over)."""
+    """The worker's result of every cell, by id (cells of one tensor-parallel size `tp`). `core`:
+    the one CPU this worker's engines use, every rank of a start bound to it (workers side by
+    side each get their own; the engines' OpenMP threads spin, and two of them on one core slow
+    both several times over)."""
     (work / "logs").mkdir(parents=True, exist_ok=True)
-    spec = work / f"cells-{engine.vllm}.json"
-    out = work / f"results-{engine.vllm}.jsonl"
-    pin = {} if core is None else pin_env([core])
+    name = engine.vllm + (f"-tp{tp}" if tp > 1 else "")
+    spec = work / f"cells-{name}.json"
+    out = work / f"results-{name}.jsonl"
+    pin = pin_env([core], ranks=tp) if core is not None else {}
+    if core is None and tp > 1:  # unbound, but one entry per rank (0.11's "auto" binds a NUMA node per rank)
+        pin = {"VLLM_CPU_OMP_THREADS_BIND": "|".join(["all"] * tp)}
     spec.write_text(json.dumps({"cells": cells, "pin": pin}))
     env = dict(os.environ, **COMMON_ENV)
     for key in ("PYTHONPATH", "VIRTUAL_ENV", "COMPAT_ENGINE_PYTHON"):
         env.pop(key, None)
-    with open(work / f"worker-{engine.vllm}.log", "w") as log:
+    with open(work / f"worker-{name}.log", "w") as log:
         proc = subprocess.Popen(
             [str(engine.python), "-m", WORKER, str(spec), str(out)], cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=log, text=True
         )
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith("conformance: "):
-                progress(f"vLLM {engine.vllm}: {line[len('conformance: ') :].strip()}")
+                progress(f"vLLM {engine.vllm}{f' TP {tp}' if tp > 1 else ''}: {line[len('conformance: ') :].strip()}")
         proc.wait()
     results = {}
     if out.exists():
@@ -178,12 +190,12 @@ def first_difference(got: Optional[List[int]], want: List[int]) -> Optional[int]
     )
 
 
-def doctor_verdicts(card: str, models: List[str], progress: Any) -> Dict[str, str]:
-    """doctor's verdict on each model for `card`, with the platform's arguments, verified by the
-    card's engine (one doctor process for all of them)."""
+def doctor_verdicts(card: str, models: List[str], progress: Any, tp: int = 1) -> Dict[str, str]:
+    """doctor's verdict on each model for `card`, with the platform's arguments at tensor-parallel
+    size `tp`, verified by the card's engine (one doctor process for all of them)."""
     if not models:
         return {}
-    cmd = [sys.executable, "-m", "common", "doctor", *models, "--card", card, "--json", "--", *PLATFORM_ARGS]
+    cmd = [sys.executable, "-m", "common", "doctor", *models, "--card", card, "--json", "--", *PLATFORM_ARGS, *tp_args(tp)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPAT_")}
     proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=1800)
     try:
@@ -211,21 +223,25 @@ def run_cells(
     ensure(cases, sorted({s for e in engines for s in e.savers}))
     work = Path(tempfile.mkdtemp(prefix="conformance-"))
     try:
-        planned = {e.vllm: [c for c in plan_cells(e, cases, work) if only is None or only(c)] for e in engines}
-        planned = {v: cells for v, cells in planned.items() if cells}
+        # One worker per engine and tensor-parallel size: a size's ranks are bound per worker.
+        planned: Dict[Tuple[str, int], List[Dict[str, Any]]] = {}
+        for e in engines:
+            for c in plan_cells(e, cases, work):
+                if only is None or only(c):
+                    planned.setdefault((e.vllm, c["tp"]), []).append(c)
         # The cores this process may use (a test worker of `make test` has its own share).
         available = sorted(os.sched_getaffinity(0))
         jobs = max(1, min(jobs, len(available)))
         pin = jobs > 1 or len(available) < (os.cpu_count() or len(available))
-        progress(f"conformance: {sum(len(c) for c in planned.values())} cells on {len(planned)} engines, {jobs} side by side")
+        progress(f"conformance: {sum(len(c) for c in planned.values())} cells on {len(planned)} engine workers, {jobs} side by side")
         cores: queue.Queue[int] = queue.Queue()
         for core in available[:jobs]:
             cores.put(core)
 
-        def on_a_core(vllm: str) -> Dict[str, Dict[str, Any]]:
+        def on_a_core(group: Tuple[str, int]) -> Dict[str, Dict[str, Any]]:
             core = cores.get()
             try:
-                return run_engine(ENGINES[vllm], planned[vllm], work, progress, core if pin else None)
+                return run_engine(ENGINES[group[0]], planned[group], work, progress, core if pin else None, group[1])
             finally:
                 cores.put(core)
 
@@ -292,10 +308,10 @@ def run(
     return results
 
 
-def committed_fingerprints(path: Path = RESULTS) -> Dict[Tuple[str, str, str], Optional[str]]:
-    """(case, saved_by, card) -> the fingerprint of the committed cell (None: it has none)."""
+def committed_fingerprints(path: Path = RESULTS) -> Dict[Tuple[str, str, str, int], Optional[str]]:
+    """(case, saved_by, card, tp) -> the fingerprint of the committed cell (None: it has none)."""
     cells = json.loads(path.read_text()).get("cells", []) if path.exists() else []
-    return {(c["variant"], c["saved_by"], c["card"]): c.get("fingerprint") for c in cells}
+    return {cell_key(c): c.get("fingerprint") for c in cells}
 
 
 def stale(results: Dict[str, Any]) -> List[str]:
@@ -304,22 +320,32 @@ def stale(results: Dict[str, Any]) -> List[str]:
     starts nothing: what `make test` checks."""
     cases = {c["name"]: c for c in load_cases()}
     engine_of = {card: e for e in ENGINES.values() for card in e.cards}
+    sizes = tensor_parallel()
     out = []
     ran = set()
     for cell in results.get("cells", []):
-        name, card, saved_by = cell["variant"], cell["card"], cell["saved_by"]
+        name, saved_by, card, tp = cell_key(cell)
         case, engine = cases.get(name), engine_of.get(card)
-        where = f"{name} saved by {saved_by} on {card}"
+        where = f"{name} saved by {saved_by} on {card}" + (f" at TP {tp}" if tp > 1 else "")
         if case is None or engine is None:
             out.append(f"{where}: its {'case' if case is None else 'card'} is gone")
             continue
-        ran.add((name, engine.vllm))
+        if tp not in tp_sizes(name, engine, sizes):
+            out.append(f"{where}: cases.toml's [tensor_parallel] no longer runs it at that size")
+            continue
+        ran.add((name, engine.vllm, tp))
         saver = {v: s for s, v in results.get("models", {}).get(name, {}).items()}.get(saved_by)
         if saver is None:
             out.append(f"{where}: no saver of the case is transformers {saved_by}")
-        elif cell.get("fingerprint") != fingerprint(case, saver, engine, card):
+        elif cell.get("fingerprint") != fingerprint(case, saver, engine, card, tp):
             out.append(f"{where}: {'its code changed' if cell.get('fingerprint') else 'no fingerprint'}")
-    out += [f"{n} on vLLM {e}: no cell yet" for n in cases for e in ENGINES if (n, e) not in ran]
+    out += [
+        f"{n} on vLLM {e.vllm}" + (f" at TP {tp}" if tp > 1 else "") + ": no cell yet"
+        for n in cases
+        for e in ENGINES.values()
+        for tp in tp_sizes(n, e, sizes)
+        if (n, e.vllm, tp) not in ran
+    ]
     if results.get("judged_with") != doctor_fingerprint():
         out.append("doctor's verdicts on the cells: judged by other code (`python -m conformance judge` judges them again, no engine runs)")
     return out
@@ -341,39 +367,43 @@ def judge_all(results: Dict[str, Any], progress: Any) -> None:
         }
         for name, case in cases.items()
     }
-    by_card: Dict[str, Dict[str, List[Dict[str, Any]]]] = {}
+    by_start: Dict[Tuple[str, int], Dict[str, List[Dict[str, Any]]]] = {}
     args = {e.vllm: list(PLATFORM_ARGS) + list(e.serve_args) for e in ENGINES.values()}
     for cell in results["cells"]:
         saver = next(s for s in SAVERS.values() if record(cases[cell["variant"]], s.name).get("transformers") == cell["saved_by"])
         model = str(model_dir(cases[cell["variant"]], saver.name) / "model")
         config = json.loads((Path(model) / "config.json").read_text())
         cell["traits"] = config_traits(config, max_model_len_of(args[cell["vllm"]]))
-        cell["values"] = cell_values(config, cell["vllm"], cell["architecture"], cell.get("tp", 1))
-        by_card.setdefault(cell["card"], {}).setdefault(model, []).append(cell)
+        cell["tp"] = int(cell.get("tp") or 1)
+        cell["values"] = cell_values(config, cell["vllm"], cell["architecture"], cell["tp"])
+        by_start.setdefault((cell["card"], cell["tp"]), {}).setdefault(model, []).append(cell)
     write_baked(results)
     progress("conformance: doctor on every model and card")
     results["judged_with"] = doctor_fingerprint()  # taken before: the code that judges
-    for card, models in by_card.items():
-        verdicts = doctor_verdicts(card, sorted(models), progress)
+    for (card, tp), models in by_start.items():
+        verdicts = doctor_verdicts(card, sorted(models), progress, tp)
         for model, cells in models.items():
             for cell in cells:
                 cell["doctor"] = verdicts.get(model)
 
 
 def collect(
-    cases: Sequence[Dict[str, Any]], planned: Dict[str, List[Dict[str, Any]]], outcomes: Dict[str, Dict[str, Dict[str, Any]]], work: Path
+    cases: Sequence[Dict[str, Any]],
+    planned: Dict[Tuple[str, int], List[Dict[str, Any]]],
+    outcomes: Dict[Tuple[str, int], Dict[str, Dict[str, Any]]],
+    work: Path,
 ) -> List[Dict[str, Any]]:
     by_name = {c["name"]: c for c in cases}
     out = []
-    for vllm, cells in planned.items():
+    for (vllm, _), cells in planned.items():
         for cell in cells:
-            name, saver, card = cell["id"].split("|")
+            name, saver, card = cell["id"].split("|")[:3]
             case = by_name[name]
             rec = record(case, saver)
             # The reference is the author's (transformers 5) for every save of the case: the
             # same weights, whoever saved them.
             reference = record(case, AUTHOR.name)["reference"]
-            result = outcomes[vllm][cell["id"]]
+            result = outcomes[vllm, cell["tp"]][cell["id"]]
             row = {
                 "id": cell["id"],
                 "architecture": case["architecture"],
@@ -381,6 +411,7 @@ def collect(
                 "card": card,
                 "vllm": vllm,
                 "saved_by": rec["transformers"],
+                "tp": cell["tp"],
             }
             row.update(classify(result, reference, Path(cell["log"]), card))
             if rec["reference"] != reference:
@@ -396,7 +427,7 @@ def collect(
             row["fingerprint"] = cell["fingerprint"]
             config = json.loads((Path(cell["model"]) / "config.json").read_text())
             row["traits"] = config_traits(config, max_model_len_of(cell["args"]))
-            row["values"] = cell_values(config, vllm, case["architecture"], row.get("tp", 1))
+            row["values"] = cell_values(config, vllm, case["architecture"], cell["tp"])
             row["model"] = cell["model"]
             out.append(row)
     # A cell that made the very same start as another (its log holds only the plan) has that
@@ -412,13 +443,13 @@ def collect(
 def merge(cells: List[Dict[str, Any]], engines: Sequence[Engine]) -> Dict[str, Any]:
     """results.json with `cells` replacing the cells of the same case, saver and card."""
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"cells": []}
-    key = lambda c: (c["variant"], c["saved_by"], c["card"])  # noqa: E731
+    key = cell_key
     cells = [{k: v for k, v in c.items() if k != "model"} for c in cells]  # a path of this machine's cache
     fresh = {key(c) for c in cells}
     kept = [c for c in old.get("cells", []) if key(c) not in fresh]
     names = [c["name"] for c in load_cases()]
     order = {n: i for i, n in enumerate(names)}
-    merged = sorted(kept + cells, key=lambda c: (order.get(c["variant"], len(order)), c["card"], c["saved_by"]))
+    merged = sorted(kept + cells, key=lambda c: (order.get(c["variant"], len(order)), c["card"], c["saved_by"], int(c.get("tp") or 1)))
     engines_seen = dict(old.get("engines", {}))
     kept_figures = {k: old[k] for k in ("full_run", "models") if k in old}
     for engine in engines:

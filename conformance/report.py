@@ -39,14 +39,16 @@ def totals(results: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
 
 def _cell_text(cells: List[Dict[str, Any]]) -> str:
     parts = []
-    for cell in sorted(cells, key=lambda c: c["saved_by"], reverse=True):
+    newest_first = sorted(cells, key=lambda c: c["saved_by"], reverse=True)
+    for cell in sorted(newest_first, key=lambda c: int(c.get("tp") or 1)):  # TP 1 first
         text = MARK.get(cell["result"], cell["result"])
         if cell.get("code"):
             text += f" ({cell['code']})"
         repairs = [r for r in cell.get("repairs", []) if r]
         if cell["result"] == "exact" and repairs:
             text += " with " + "+".join(repairs)
-        parts.append(f"{cell['saved_by']}: {text}")
+        size = int(cell.get("tp") or 1)
+        parts.append(f"{cell['saved_by']}" + (f" TP {size}" if size > 1 else "") + f": {text}")
     return "<br>".join(parts) or "-"
 
 
@@ -138,7 +140,7 @@ def baked(results: Dict[str, Any]) -> Dict[str, Any]:
         if cell["result"] == "exact" and cell.get("values"):
             by_saver = entry["coverage"].setdefault(cell["architecture"], {}).setdefault(row["saver"], {})
             merge_coverage(by_saver, cell["values"])
-    values_of = {(c["card"], c["variant"], c["saved_by"]): c.get("values") or {} for c in results["cells"]}
+    values_of = {(c["card"], c["variant"], c["saved_by"], int(c.get("tp") or 1)): c.get("values") or {} for c in results["cells"]}
     for card, entry in cards_out.items():
         for row in entry["cells"]:
             if row["result"] == "exact":
@@ -154,7 +156,7 @@ def baked(results: Dict[str, Any]) -> Dict[str, Any]:
             if found:
                 row["culprit"] = found
             coverage = entry["coverage"].get(row["architecture"], {}).get(row["saver"], {})
-            values = culprit_values(values_of[card, row["variant"], row["saved_by"]], coverage) if exact else []
+            values = culprit_values(values_of[card, row["variant"], row["saved_by"], int(row.get("tp") or 1)], coverage) if exact else []
             if values:
                 row["culprit_values"] = values
             elif not found and any(c["traits"] == row["traits"] for c in exact):

@@ -46,5 +46,7 @@ def pin_this_worker(worker: str, workers: int) -> Optional[List[int]]:
     return mine
 
 
-def pin_env(cores: List[int]) -> Dict[str, str]:
-    return {"VLLM_CPU_OMP_THREADS_BIND": bind_string(cores), "OMP_NUM_THREADS": str(len(cores))}
+def pin_env(cores: List[int], ranks: int = 1) -> Dict[str, str]:
+    """The variables that bind an engine's threads to `cores`; at a tensor-parallel size above 1
+    every rank's to all of them (vLLM reads one binding per rank, split at "|")."""
+    return {"VLLM_CPU_OMP_THREADS_BIND": "|".join([bind_string(cores)] * ranks), "OMP_NUM_THREADS": str(len(cores))}

@@ -18,6 +18,9 @@
 #    no index has (pip prints an ERROR about that pin in this venv from then on: harmless).
 #    The CPU kernels are compiled for this machine's ISA (AVX512 when present): the venv is cached
 #    per machine, never copied to another.
+# 6. Tensor parallelism on the CPU (cpu_tensor_parallel.py says what and why): a harness patch of
+#    this stand-in of the card's engine, never of the image's code; on the card the vendor's engine
+#    and communicator shard the model, and the platform passes only --tensor-parallel-size.
 # The venv is keyed by the hash of this folder: the sdist is named here by its sources.toml entry,
 # and a new vLLM version is a new entry name, so changing it here rebuilds the venv.
 set -euo pipefail
@@ -49,6 +52,9 @@ tar -xzf "$archive" -C "$src" --strip-components=1
 # 5. vLLM itself. The venv's bin first on PATH: setup.py runs `cmake` and `ninja` by name.
 PATH="$VENV/bin:$PATH" VLLM_TARGET_DEVICE=cpu MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
     "$PY" -m pip install -q --no-deps --no-build-isolation "$src"
+
+# 6. CPU tensor parallelism
+"$PY" "$spec/cpu_tensor_parallel.py"
 
 # vLLM 0.5.5 decides it runs on the CPU only from "cpu" in the version of the distribution "vllm"
 # (vllm/utils.py is_cpu()); the build names it 0.5.5+cpu. Checked from outside the source tree.

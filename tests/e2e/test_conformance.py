@@ -6,7 +6,8 @@ from it, and no cell that was not exact has doctor saying "starts".
 
 e2e: every cell of iluvatar-bi100 and nv-a100 that the launcher repaired or served through a
 backport runs again on the real engines (vLLM 0.5.5 and 0.11.0 on the CPU) and must come out as
-committed; one cell is served by the launcher through a real `vllm serve` (HTTP, compiled, not
+committed, and one tensor-parallel cell of each code path the image adds (each backport, the CPU
+MoE path) at its size; one cell is served by the launcher through a real `vllm serve` (HTTP, compiled, not
 eager) with the tokens the in-process worker got.
 """
 
@@ -18,8 +19,8 @@ import pytest
 from common.conformance_cells import CELLS_FILE
 from common.profile import load_profile
 from conformance import report
-from conformance.cases import AUTHOR, ENGINES, PLATFORM_ARGS, load_cases
-from conformance.matrix import RESULTS, run_cells, select_cases
+from conformance.cases import AUTHOR, ENGINES, PLATFORM_ARGS, load_cases, tensor_parallel, tp_sizes
+from conformance.matrix import RESULTS, cell_id, cell_key, run_cells, select_cases
 from tests.starts import record
 
 RESULTS_DATA = json.loads(RESULTS.read_text())
@@ -35,17 +36,20 @@ NOT_STARTS = {
 def test_every_case_has_its_cells_on_every_engine_generation():
     cases = load_cases()
     assert len({c["architecture"] for c in cases}) >= 40
-    have = {(c["variant"], c["card"], c["saved_by"]) for c in CELLS}
+    have = {cell_key(c) for c in CELLS}
     models = RESULTS_DATA["models"]
+    sizes = tensor_parallel()
     for case in cases:
         saves = models[case["name"]]
         assert saves[AUTHOR.name].startswith("5."), (case["name"], saves)
         for engine in ENGINES.values():
             for card in engine.cards:
                 for saver in engine.savers:
-                    if not saves[saver].startswith("no save"):
-                        assert (case["name"], card, saves[saver]) in have, (case["name"], card, saver)
+                    for tp in tp_sizes(case["name"], engine, sizes):
+                        if not saves[saver].startswith("no save"):
+                            assert (case["name"], saves[saver], card, tp) in have, (case["name"], card, saver, tp)
     assert len(CELLS) == len(have), "a cell twice"
+    assert all(isinstance(c.get("tp"), int) and c["tp"] >= 1 for c in CELLS), "every cell says its tensor-parallel size"
 
 
 def test_the_engines_are_the_profiles_engines():
@@ -89,12 +93,21 @@ MODEL_PATHS = {"R4", "R8", "R10", "R11", "H1", "H2"}
 
 
 def image_changes(cells: List[Dict]) -> List[Dict]:
-    """The cells whose code paths the image changes: every cell with a model-path repair, and one
-    cell for each other set of repairs with each rope configuration R5 hands over."""
+    """The cells whose code paths the image changes: at tensor-parallel size 1 every cell with a
+    model-path repair, and one cell for each other set of repairs with each rope configuration R5
+    hands over; above it one cell per architecture and model-path repairs (each backport, the CPU
+    MoE path sharded), the author's save first."""
     picked, seen = [], set()
+    sharded = sorted((c for c in cells if c.get("tp", 1) > 1), key=lambda c: not c["saved_by"].startswith("5."))
+    for cell in sharded:
+        paths = frozenset(set(cell.get("repairs") or ()) & MODEL_PATHS)
+        key = (cell["card"], cell["tp"], cell["architecture"], paths)
+        if paths and key not in seen:
+            seen.add(key)
+            picked.append(cell)
     for cell in cells:
         repairs = set(cell.get("repairs") or ())
-        if not repairs:
+        if not repairs or cell.get("tp", 1) > 1:
             continue
         key = (cell["card"], frozenset(repairs), cell["traits"]["rope"], cell["traits"]["partial_rotary"])
         if repairs & MODEL_PATHS or key not in seen:
@@ -110,13 +123,16 @@ def test_the_cells_the_image_changes_come_out_as_committed():
         if not engine.available():
             pytest.skip(f"no {engine.venv}: run `make {engine.make_target}`")
     cards = {card for engine in engines for card in engine.cards}
-    committed = {(c["variant"], c["card"], c["saved_by"]): c for c in image_changes([c for c in CELLS if c["card"] in cards])}
+    committed = {cell_key(c): c for c in image_changes([c for c in CELLS if c["card"] in cards])}
     assert [c for c in committed.values() if "R10" in c["repairs"]], "the backports are among them"
+    assert [c for c in committed.values() if "R10" in c["repairs"] and c["tp"] > 1], "and sharded"
     saver_of = {(case, version): saver for case, saves in RESULTS_DATA["models"].items() for saver, version in saves.items()}
-    keep = {f"{v}|{saver_of[v, saved_by]}|{card}" for v, card, saved_by in committed}
-    again: List[Dict] = run_cells(select_cases(sorted({v for v, _, _ in committed})), engines, jobs=2, only=lambda cell: cell["id"] in keep)
+    keep = {cell_id(v, saver_of[v, saved_by], card, tp) for v, saved_by, card, tp in committed}
+    again: List[Dict] = run_cells(
+        select_cases(sorted({v for v, _, _, _ in committed})), engines, jobs=2, only=lambda cell: cell["id"] in keep
+    )
     record("cell", sum(1 for c in again if not c.get("same_start_as")))  # the others are a start made before
-    got = {(c["variant"], c["card"], c["saved_by"]): c for c in again}
+    got = {cell_key(c): c for c in again}
     changed = [
         (key, committed[key]["result"], got.get(key, {}).get("result"))
         for key in committed
@@ -138,7 +154,9 @@ def test_a_cell_served_over_http_by_the_launcher_with_torch_compile_gives_the_wo
     [spec] = select_cases(["qwen3"])
     ensure([spec], [AUTHOR.name])
     model, rec = model_dir(spec, AUTHOR.name) / "model", record(spec, AUTHOR.name)
-    [cell] = [c for c in CELLS if c["variant"] == "qwen3" and c["card"] == "nv-a100" and c["saved_by"] == rec["transformers"]]
+    [cell] = [
+        c for c in CELLS if c["variant"] == "qwen3" and c["card"] == "nv-a100" and c["saved_by"] == rec["transformers"] and c["tp"] == 1
+    ]
     assert cell["result"] == "exact" and {"R3", "R3b", "R5"} <= set(cell["repairs"])
     srv, plan = launched(ENGINE_0110, "nv-a100", model, tmp_path / "work", "--dtype", "float32")
     assert "--enforce-eager" not in plan["args"] + plan["user_args"]

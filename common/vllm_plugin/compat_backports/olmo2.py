@@ -4,8 +4,11 @@ transformers' modeling_olmo2.py differs from the Llama layout in two places: the
 projections each go through one RMSNorm over their whole width (all heads at once, not per
 head) before the rotary embedding; and the norms sit after the blocks, not before them:
 `h = x + post_attention_layernorm(attn(x))`, `out = h + post_feedforward_layernorm(mlp(h))`.
-Under tensor parallelism each rank holds some heads, so the whole-width norm gathers the rank's
-slices first (the engine's own all-gather) and keeps its own slice of the result.
+Under tensor parallelism each rank holds some heads: the whole-width norm's mean of squares is
+each rank's sum over its slice, summed over the ranks (one all-reduce of a number per token, the
+collective every sharded layer uses; an all-gather of the whole width would move every head to
+every rank, and the engine's all-gather into one tensor is NCCL's layout, which gloo refuses), and
+each rank scales its slice by its slice of the weight.
 """
 
 from typing import Optional, Tuple
@@ -13,7 +16,7 @@ from typing import Optional, Tuple
 import torch
 from vllm.attention import AttentionMetadata
 from vllm.config import CacheConfig
-from vllm.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size, tensor_model_parallel_all_gather
+from vllm.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size, tensor_model_parallel_all_reduce
 from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
@@ -37,7 +40,12 @@ class Olmo2Attention(Qwen3Attention):
         x = x.contiguous()
         if self.tp_size == 1:
             return norm(x)
-        return norm(tensor_model_parallel_all_gather(x)).chunk(self.tp_size, dim=-1)[self.tp_rank]
+        # As the engine's RMSNorm computes it (float32, then the weight in the model's dtype),
+        # over the whole width.
+        width = x.shape[-1]
+        squares = tensor_model_parallel_all_reduce(x.float().pow(2).sum(dim=-1, keepdim=True))
+        normed = x.float() * torch.rsqrt(squares / (width * self.tp_size) + norm.variance_epsilon)
+        return normed.to(x.dtype) * norm.weight[self.tp_rank * width : (self.tp_rank + 1) * width]
 
     def forward(
         self, positions: torch.Tensor, hidden_states: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: AttentionMetadata
