@@ -50,3 +50,10 @@ def pin_env(cores: List[int], ranks: int = 1) -> Dict[str, str]:
     """The variables that bind an engine's threads to `cores`; at a tensor-parallel size above 1
     every rank's to all of them (vLLM reads one binding per rank, split at "|")."""
     return {"VLLM_CPU_OMP_THREADS_BIND": "|".join([bind_string(cores)] * ranks), "OMP_NUM_THREADS": str(len(cores))}
+
+
+def ranks_env(ranks: int) -> Dict[str, str]:
+    """What a start at tensor-parallel size `ranks` adds to this process's environment: every
+    rank bound to this worker's cores (one entry per rank), or to none where it is not pinned."""
+    bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or "all"
+    return {"VLLM_CPU_OMP_THREADS_BIND": "|".join([bind.split("|")[0]] * ranks)}

@@ -162,3 +162,31 @@ def test_triage_names_ctx_for_the_refusal_not_for_the_warning(tmp_path, line, co
     log.write_text(f"INFO starting\n{line}\n")
     got = triage_file(str(log)).code
     assert got == code if code else got != "CTX"
+
+
+def test_doctor_judges_tokens_at_the_platforms_tensor_parallel_size():
+    """A sharded start is proven only where a cell ran at its size: the BI-100's Qwen3 backport
+    at TP 2 by its TP 2 cell; at TP 4, which no cell ran, unproven and saying so; and beside it
+    the smallest size memory says holds the model (1 for a tiny one), judged there too."""
+    import json
+
+    from conformance.cases import load_cases
+    from conformance.models import ensure
+    from conformance.models import model_dir as saved
+
+    [spec] = [c for c in load_cases() if c["name"] == "qwen3"]
+    ensure([spec], ["v5"])
+    path = saved(spec, "v5") / "model"
+
+    def doctor(tp):
+        args = ["--dtype", "float32", "--max-model-len", "256", "--tensor-parallel-size", str(tp)]
+        return json.loads(run_common(["doctor", str(path), "--card", "iluvatar-bi100", "--json", "--", *args]).stdout)
+
+    sharded = doctor(2)
+    assert sharded["tokens_tp"] == 2 and sharded["tokens"] == "proven", sharded["tokens_open"]
+    assert sharded["tokens_cell"].startswith("qwen3 (5.") and sharded["tokens_cell"].endswith(", TP 2)")
+    smallest = sharded["tokens_at_smallest_tp"]
+    assert smallest["tp"] == 1 and smallest["tokens"] == "proven" and "TP" not in smallest["cell"], smallest
+    unrun = doctor(4)
+    assert unrun["tokens_tp"] == 4 and unrun["tokens"] == "unproven"
+    assert "@tensor_parallel_size=size:4" in unrun["tokens_open"], unrun["tokens_open"]

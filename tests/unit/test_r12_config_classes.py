@@ -91,7 +91,9 @@ for path in json.loads(sys.argv[1]):
         answers[path] = {"error": f"{type(exc).__name__}: {exc}"}
 print(json.dumps(answers, default=str))
 """
-CLASSES_5 = "Gemma4Config,Gemma4TextConfig,Ministral3Config,Mistral3Config,Qwen3_5Config,Qwen3_5TextConfig,Qwen3_5MoeConfig,Qwen3_5MoeTextConfig"
+CLASSES_5 = (
+    "Gemma4Config,Gemma4TextConfig,Ministral3Config,Mistral3Config,Qwen3_5Config,Qwen3_5TextConfig,Qwen3_5MoeConfig,Qwen3_5MoeTextConfig"
+)
 
 
 def _run(python, args, env=None):

@@ -29,6 +29,7 @@ import pytest
 
 from common.triage import triage_file
 from common.vllm_plugin.compat_backports import ENV
+from tests.cores import ranks_env
 from tests.engine import ENGINE_055, ROOT, free_port
 from tests.fixtures.factory import author_record, build
 
@@ -127,6 +128,20 @@ def test_launcher_composes_the_backport_with_the_transformers5_repairs(models, t
     status, body = srv.chat(name)
     assert status == 200, body
     assert digest(model) == before
+
+
+def test_the_image_serves_a_backport_sharded_over_two_ranks_with_the_authors_tokens(models, tmp_path, launched):
+    """The platform's --tensor-parallel-size 2, as the image runs it (the launcher execs `vllm
+    serve`, the plugin loads in every rank): Qwen3-MoE saved by transformers 5, its experts fused
+    (R8), served through the backport (R10) and R11's CPU experts, each rank holding half the
+    heads and half of every expert, gives transformers 5's greedy tokens."""
+    model = models("qwen3_moe", "v5")
+    author = author_record(model)
+    srv, report = launched(ENGINE, CARD, model, tmp_path / "work", *GREEDY, "--tensor-parallel-size", "2", env=ranks_env(2), exec_=True)
+    assert {"R8", "R10", "R11"} <= {r["code"] for r in report["repairs"] if r["verified"]}, report
+    assert "tensor_parallel_size=2" in srv.log() and "(VllmWorkerProcess pid=" in srv.log()
+    got = srv.greedy_tokens(served_name(report, model), author["reference_prompt"], len(author["reference_tokens"]), ids_in_request=False)
+    assert got == author["reference_tokens"]
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
