@@ -1,0 +1,43 @@
+"""What the decode benchmarks share (bench_qwen35.py, bench_tp.py): a model served through the
+iluvatar-bi100 launcher on vLLM 0.5.5's CPU build, and its decode rate under a fixed load.
+
+Each round of a benchmark sends the same load to one server and then the other, and its figure is
+the median of the rounds' ratios, so that load from elsewhere on a shared machine falls on both
+alike. Imported by those scripts (their folder is on sys.path when they run)."""
+
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import List
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.engine import ENGINE_055, Server, free_port  # noqa: E402
+
+CARD = "iluvatar-bi100"
+REQUESTS, NEW_TOKENS, ROUNDS = 4, 64, 5
+PROMPT = list(range(20, 36))
+
+
+def start(model: Path, work: Path, log: Path, *args: str) -> Server:
+    """The launcher serving `model` (float32, token ids in answers, then `args`), ready."""
+    argv = ENGINE_055.launcher_argv(free_port()) + ["--dtype", "float32", "--return-tokens-as-token-ids", *args]
+    server = Server(argv, ENGINE_055.launcher_env(model, CARD, work), log, int(argv[argv.index("--port") + 1]))
+    if not server.wait_ready():
+        server.stop()
+        raise SystemExit(f"{Path(sys.argv[0]).stem}: {model.name} {' '.join(args)} did not start:\n{server.log()[-3000:]}")
+    return server
+
+
+def greedy(server: Server, model: Path) -> List[int]:
+    return server.greedy_tokens(str(model), PROMPT, NEW_TOKENS, ids_in_request=False)
+
+
+def decode_rate(server: Server, model: Path) -> float:
+    """Generated tokens per second of REQUESTS concurrent requests (the prompt is short: decode dominates)."""
+    begin = time.perf_counter()
+    with ThreadPoolExecutor(REQUESTS) as pool:
+        tokens = sum(pool.map(lambda _: len(greedy(server, model)), range(REQUESTS)))
+    return tokens / (time.perf_counter() - begin)
