@@ -9,7 +9,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import List
+from typing import Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -21,10 +21,11 @@ REQUESTS, NEW_TOKENS, ROUNDS = 4, 64, 5
 PROMPT = list(range(20, 36))
 
 
-def start(model: Path, work: Path, log: Path, *args: str) -> Server:
-    """The launcher serving `model` (float32, token ids in answers, then `args`), ready."""
+def start(model: Path, work: Path, log: Path, *args: str, env: Optional[Dict[str, str]] = None) -> Server:
+    """The launcher serving `model` (float32, token ids in answers, then `args`; `env` added to
+    the container's environment), ready."""
     argv = ENGINE_055.launcher_argv(free_port()) + ["--dtype", "float32", "--return-tokens-as-token-ids", *args]
-    server = Server(argv, ENGINE_055.launcher_env(model, CARD, work), log, int(argv[argv.index("--port") + 1]))
+    server = Server(argv, ENGINE_055.launcher_env(model, CARD, work, env), log, int(argv[argv.index("--port") + 1]))
     if not server.wait_ready():
         server.stop()
         raise SystemExit(f"{Path(sys.argv[0]).stem}: {model.name} {' '.join(args)} did not start:\n{server.log()[-3000:]}")

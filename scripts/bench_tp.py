@@ -2,7 +2,8 @@
 
 tp2_decode_vs_tp1   decode tokens per second of a tiny Qwen3 (the image's backport) served through
                     the iluvatar-bi100 launcher with --tensor-parallel-size 2 / those of the same
-                    model at size 1 (two ranks over gloo, each on half the heads and half the MLP)
+                    model at size 1 (two ranks over gloo, each on half the heads and half the MLP),
+                    on the same two cores: a rank on each, or one rank's threads on both
 
 Both engines run side by side, measured as bench_decode.py says (four requests at once, a short
 prompt, 64 greedy tokens each; the median of five rounds' ratios). The two answer the same greedy
@@ -10,13 +11,26 @@ tokens (else the figure would compare different work, and it says so).
 Needs .venv-engine055 and .venv-author (`make envs`).
 """
 
+import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Dict
 
 from bench_decode import ENGINE_055, ROUNDS, decode_rate, greedy, start
+from tests.cores import bind_string
 from tests.fixtures.factory import build
+
+
+def binding(tp: int) -> Dict[str, str]:
+    """The same two cores for either start: one rank's threads on both, or a rank on each (vLLM's
+    CPU workers bind their OpenMP threads per rank; unbound, two ranks' threads would each spin
+    on both cores)."""
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    if len(cores) < 2:
+        return {}
+    return {"VLLM_CPU_OMP_THREADS_BIND": bind_string(cores) if tp == 1 else "|".join(map(str, cores)), "OMP_NUM_THREADS": str(3 - tp)}
 
 
 def main() -> int:
@@ -29,7 +43,7 @@ def main() -> int:
         servers = {}
         try:
             for tp in (1, 2):
-                servers[tp] = start(model, base / f"work-tp{tp}", base / f"tp{tp}.log", "--tensor-parallel-size", str(tp))
+                servers[tp] = start(model, base / f"work-tp{tp}", base / f"tp{tp}.log", "--tensor-parallel-size", str(tp), env=binding(tp))
             answers = {tp: greedy(server, model) for tp, server in servers.items()}
             if answers[1] != answers[2]:
                 print("tp2_decode_vs_tp1: not measured: TP 2 answered other greedy tokens than TP 1")

@@ -8,7 +8,7 @@ import copy
 import json
 
 from conformance import fingerprint as fp
-from conformance.cases import ENGINES, ROOT, load_cases
+from conformance.cases import ENGINES, ROOT, load_cases, tensor_parallel
 from conformance.matrix import RESULTS, stale
 
 from common.vllm_plugin.compat_backports import BACKPORTS
@@ -103,6 +103,10 @@ def test_c1s_scope_written_from_the_cells_is_not_part_of_their_fingerprint(tmp_p
     assert fp._source_bytes(paths["a"]) != fp._source_bytes(paths["c"])
 
 
+def where(cell):
+    return f"{cell['variant']} saved by {cell['saved_by']} on {cell['card']}" + (f" at TP {cell['tp']}" if cell["tp"] > 1 else "")
+
+
 def test_stale_names_a_changed_cell_an_unfingerprinted_one_a_case_never_run_and_old_verdicts():
     results = copy.deepcopy(json.loads(RESULTS.read_text()))
     cells = results["cells"]
@@ -112,9 +116,11 @@ def test_stale_names_a_changed_cell_an_unfingerprinted_one_a_case_never_run_and_
     assert "mixtral" not in (changed["variant"], bare["variant"])
     results["cells"] = [c for c in cells if c["variant"] != "mixtral"]
     found = stale(results)
-    assert f"{changed['variant']} saved by {changed['saved_by']} on {changed['card']}: its code changed" in found
-    assert f"{bare['variant']} saved by {bare['saved_by']} on {bare['card']}: no fingerprint" in found
+    assert f"{where(changed)}: its code changed" in found
+    assert f"{where(bare)}: no fingerprint" in found
     assert {f"mixtral on vLLM {v}: no cell yet" for v in ENGINES} <= set(found)
+    # A case the table runs sharded too has a cell to make per size.
+    assert {f"mixtral on vLLM {v} at TP 2: no cell yet" for v in tensor_parallel()} <= set(found)
     assert not any(line.startswith("doctor's verdicts") for line in found)
     # doctor's verdicts on the cells are of doctor's code: judged by other code, they are stale too.
     results["judged_with"] = "0" * 16
