@@ -198,12 +198,19 @@ def start_view(config: Mapping[str, Any], user: UserArgs) -> Tuple[Dict[str, Any
         else:
             problems.append("--hf-overrides that doctor cannot read as one JSON object")
     args = {
-        "tp": int_arg(user, "--tensor-parallel-size") or 1,
+        "tp": tensor_parallel_size(user),
         "quantization": user.value("--quantization"),
         "kv_cache_dtype": user.value("--kv-cache-dtype") or "auto",
         "pipeline_parallel": int_arg(user, "--pipeline-parallel-size") or 1,
     }
     return view, args, problems
+
+
+def tensor_parallel_size(user: UserArgs) -> int:
+    """The size the platform's arguments start the model at (-tp or --tensor-parallel-size; 1)."""
+    from .memory_fit import int_arg
+
+    return int_arg(user, "--tensor-parallel-size") or 1
 
 
 def _merged(base: Dict[str, Any], overrides: Mapping[str, Any]) -> Dict[str, Any]:

@@ -51,6 +51,9 @@ def examine(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[st
 
 def judge(data: Dict[str, Any]) -> Dict[str, Any]:
     """`data` (a plan's JSON) with its verdict and the codes that decide it."""
+    from .conformance_cells import tensor_parallel_size
+    from .vllm_args import UserArgs
+
     failing = sorted({f["code"] for f in data["findings"] if f["severity"] == "error"})
     unverified = sorted(
         {r["code"] for r in data["repairs"] if r["verified"] is None}
@@ -59,7 +62,7 @@ def judge(data: Dict[str, Any]) -> Dict[str, Any]:
     data["verdict"] = "fails" if failing else "unverified" if unverified else "starts"
     data["failing"] = failing
     data["unverified"] = unverified
-    data["tokens_tp"] = asked_tp(data)
+    data["tokens_tp"] = tensor_parallel_size(UserArgs(data.get("user_args") or []))
     data["tokens"], data["tokens_cell"], data["tokens_open"] = tokens_of(data)
     # The memory layer (rule KV, doctor only): weights and one request's KV cache on the card.
     facts = data.get("facts") or {}
@@ -71,17 +74,6 @@ def judge(data: Dict[str, Any]) -> Dict[str, Any]:
         tokens, cell, open_list = tokens_of(data, smallest)
         data["tokens_at_smallest_tp"] = {"tp": smallest, "tokens": tokens, "cell": cell, "open": open_list}
     return data
-
-
-def asked_tp(data: Dict[str, Any]) -> int:
-    """The tensor-parallel size of the platform's arguments (1 when they name none)."""
-    from .memory_fit import int_arg
-    from .vllm_args import UserArgs
-
-    try:
-        return int_arg(UserArgs(data.get("user_args") or []), "--tensor-parallel-size") or 1
-    except Exception:  # noqa: B902 - arguments doctor cannot read are the other findings' to say
-        return 1
 
 
 def tokens_of(data: Dict[str, Any], tp: Optional[int] = None) -> Tuple[str, Optional[str], List[str]]:

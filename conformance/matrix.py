@@ -28,7 +28,7 @@ from common.config_values import config_values
 from common.conformance_cells import fields_table
 from common.triage import scan, signatures, triage_file
 from common.vllm_args import UserArgs
-from tests.cores import pin_env
+from tests.cores import pin_env, rank_binds
 from tests.engine_env import COMMON_ENV
 
 from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, load_cases, tensor_parallel, tp_args, tp_sizes
@@ -110,8 +110,8 @@ def run_engine(
     spec = work / f"cells-{name}.json"
     out = work / f"results-{name}.jsonl"
     pin = pin_env([core], ranks=tp) if core is not None else {}
-    if core is None and tp > 1:  # unbound, but one entry per rank (0.11's "auto" binds a NUMA node per rank)
-        pin = {"VLLM_CPU_OMP_THREADS_BIND": "|".join(["all"] * tp)}
+    if core is None and tp > 1:
+        pin = {"VLLM_CPU_OMP_THREADS_BIND": rank_binds("all", tp)}
     spec.write_text(json.dumps({"cells": cells, "pin": pin}))
     env = dict(os.environ, **COMMON_ENV)
     for key in ("PYTHONPATH", "VIRTUAL_ENV", "COMPAT_ENGINE_PYTHON"):

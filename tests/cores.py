@@ -46,14 +46,20 @@ def pin_this_worker(worker: str, workers: int) -> Optional[List[int]]:
     return mine
 
 
+def rank_binds(bind: str, ranks: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND for `ranks` tensor-parallel ranks each bound to `bind` (a core
+    list, or "all": unbound). vLLM reads one entry per rank, split at "|"; one entry for two ranks
+    fails the second rank's start (IndexError), and 0.11's default "auto" wants a NUMA node each."""
+    return "|".join([bind] * ranks)
+
+
 def pin_env(cores: List[int], ranks: int = 1) -> Dict[str, str]:
-    """The variables that bind an engine's threads to `cores`; at a tensor-parallel size above 1
-    every rank's to all of them (vLLM reads one binding per rank, split at "|")."""
-    return {"VLLM_CPU_OMP_THREADS_BIND": "|".join([bind_string(cores)] * ranks), "OMP_NUM_THREADS": str(len(cores))}
+    """The variables that bind an engine's threads to `cores`, every rank's to all of them."""
+    return {"VLLM_CPU_OMP_THREADS_BIND": rank_binds(bind_string(cores), ranks), "OMP_NUM_THREADS": str(len(cores))}
 
 
 def ranks_env(ranks: int) -> Dict[str, str]:
     """What a start at tensor-parallel size `ranks` adds to this process's environment: every
-    rank bound to this worker's cores (one entry per rank), or to none where it is not pinned."""
+    rank bound to this worker's cores, or unbound where it is not pinned."""
     bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or "all"
-    return {"VLLM_CPU_OMP_THREADS_BIND": "|".join([bind.split("|")[0]] * ranks)}
+    return {"VLLM_CPU_OMP_THREADS_BIND": rank_binds(bind.split("|")[0], ranks)}
