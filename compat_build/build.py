@@ -1,8 +1,8 @@
 """Build card images with the Docker SDK: `python -m compat_build.build CARD|all [--version V] [--revision R]`.
 
-Renders the card's context first (compat_build.render), builds it with the manifest's base image
-(override: --base-image or BASE_IMAGE), streams the build's progress, and tags it per the manifest
-(`[release] image` + version). The revision label is --revision, else REVISION, else the
+Renders the card's context first (compat_build.render, into a directory of the build's own),
+builds it with the manifest's base image (override: --base-image or BASE_IMAGE), streams the
+build's progress, and tags it per the manifest (`[release] image` + version). The revision label is --revision, else REVISION, else the
 checkout's commit (`git rev-parse HEAD`; "unknown" outside a git checkout). A base the daemon
 already has is used as it is (made locally, or `docker load`ed from a vendor's tarball, as vendor
 images reach an air-gapped cluster); only a missing one is pulled. Expected failures end in one
@@ -15,12 +15,12 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 from typing import Dict, Iterable, List, Optional
 
 from . import manifest as manifest_mod
 from .render import render_card, select
 
-BUILD_DIR = os.path.join(manifest_mod.ROOT, "build")  # make render's output, reused as the context
 LOG_TAIL = 30
 
 
@@ -72,10 +72,16 @@ def _first_line(exc: BaseException) -> str:
 
 
 def build_card(client, card: manifest_mod.Card, tag: str, buildargs: Dict[str, str], out=sys.stdout) -> str:
-    """Build one rendered context; returns the image id. Streams progress to `out`."""
+    """Render the card's context and build it; returns the image id. Streams progress to `out`.
+    Each build renders into a directory of its own: two builds of one card at once (a release
+    beside a test, two test workers) never tar a context the other is rewriting."""
+    with tempfile.TemporaryDirectory(prefix=f"enginex-compat-{card.name}-") as tmp:
+        return _build(client, card, render_card(card, tmp), tag, buildargs, out)
+
+
+def _build(client, card: manifest_mod.Card, context: str, tag: str, buildargs: Dict[str, str], out) -> str:
     from docker.errors import APIError
 
-    context = render_card(card, BUILD_DIR)
     base = buildargs.get("BASE_IMAGE") or card.base_image
     log: List[str] = []
     step = ""
