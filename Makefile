@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CARD   ?= nv-a100
 
-.PHONY: conformance help venv author-env engine-env engine055-env engine-next-env upstream-src envs base-engine base-engine055 base-engine-next bases-in-daemon images-in-daemon base-images images docker-prune demo test test-in-daemon test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
+.PHONY: conformance help venv author-env engine-env engine055-env engine-next-env upstream-src envs base-engine base-engine055 base-engine-next bases-in-daemon images-on-engine images-on-engine055 images-on-engine-next images-in-daemon base-images images docker-prune demo test test-in-daemon test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
 
 help:
 	@echo "make demo        build an example broken model and show what the $(CARD) image would do"
@@ -56,8 +56,14 @@ base-engine-next: venv engine-next-env
 base-engine base-engine055 base-engine-next:
 	@$(PY) -m compat_build.local_bases $(@:base-%=%) $(IF_DAEMON)
 bases-in-daemon: base-engine base-engine055 base-engine-next
-images-in-daemon: bases-in-daemon
-	@$(PY) -m compat_build.images $(IF_DAEMON)
+# Each base's cards built as soon as that base is there (the 0.11 cards while vLLM 0.5.5 still
+# compiles and imports); which cards a base carries is build_matrix.toml's word, not this file's.
+images-on-engine: base-engine
+images-on-engine055: base-engine055
+images-on-engine-next: base-engine-next
+images-on-engine images-on-engine055 images-on-engine-next:
+	@$(PY) -m compat_build.images --on-base $(@:images-on-%=%) $(IF_DAEMON)
+images-in-daemon: images-on-engine images-on-engine055 images-on-engine-next
 base-images:
 	@$(WITH_DOCKER) $(MAKE) --no-print-directory -j4 bases-in-daemon
 
@@ -77,14 +83,15 @@ demo: venv author-env
 
 # The leftovers of earlier runs swept first (killed runs' containers and test tags, superseded
 # builds: compat_build.prune --sweep), then the venvs and the base images side by side (downloads
-# and imports overlap the one compile, vLLM 0.5.5's), then the card images, then every test, all
-# against one daemon. Where no daemon can be had the images are skipped, saying so, and so is the
-# image tier (not under CI). with-docker.sh execs make, and make runs pytest without a shell
-# between: a kill of the run reaches pytest (make passes SIGTERM on to its children). pytest
-# prints the 30 slowest tests and writes every test's seconds to build/test-durations.json.
-# TEST_WORKERS pytest workers side by side (pytest-xdist), each pinned to its own share of the
-# cores (tests/cores.py); a module that starts engines runs whole on one worker (conftest.py), and
-# the run fails when a module makes more engine starts than tests/engine_starts.toml allows.
+# and imports overlap the one compile, vLLM 0.5.5's), each base's card images as soon as it is
+# there, then every test, all against one daemon. Where no daemon can be had the images are
+# skipped, saying so, and so is the image tier (not under CI). with-docker.sh execs make, and make
+# runs pytest without a shell between: a kill of the run reaches pytest (make passes SIGTERM on to
+# its children). pytest prints the 30 slowest tests and writes every test's seconds to
+# build/test-durations.json. TEST_WORKERS pytest workers side by side (pytest-xdist), each pinned
+# to its own share of the cores (tests/cores.py); a module that starts engines runs whole on one
+# worker (conftest.py), and the run fails when a module makes more engine starts than
+# tests/engine_starts.toml allows.
 TEST_WORKERS ?= 2
 test:
 	@$(WITH_DOCKER) $(MAKE) --no-print-directory test-in-daemon

@@ -1,4 +1,6 @@
-"""Every image of the matrix built on the local bases: `python -m compat_build.images [CARD...]`.
+"""Every image of the matrix built on the local bases: `python -m compat_build.images [CARD...]`
+(`--on-base BASE`: the cards built on that base, as soon as it is made: `make images` builds each
+base's cards while the other bases are still being made).
 
 What `make images` (and the image tests) run on a machine without the vendor registries: the
 local stand-in of each card's base (compat_build.local_bases, made where missing), then each card
@@ -62,6 +64,7 @@ def build_all(cards: Optional[Iterable[str]] = None, version: str = "dev", log: 
 def main(argv: Optional[Iterable[str]] = None) -> int:
     parser = argparse.ArgumentParser(description="build every card image on the local stand-in bases")
     parser.add_argument("cards", nargs="*", help="cards of the matrix (default: all)")
+    parser.add_argument("--on-base", metavar="BASE", help="the cards built on this base of envs/bases/bases.toml (instead of CARD...)")
     parser.add_argument("--version", default="dev")
     parser.add_argument("--if-daemon", action="store_true", help="where no Docker daemon answers, say so and build nothing")
     opts = parser.parse_args(list(argv) if argv is not None else None)
@@ -69,7 +72,8 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
         print(f"images: {local_bases.NO_DAEMON}")
         return 0
     try:
-        built = build_all(opts.cards, opts.version)
+        cards = local_bases.cards_on(opts.on_base) if opts.on_base else opts.cards
+        built = build_all(cards, opts.version) if cards or not opts.on_base else {}
         failures: Dict[str, str] = {}
     except ImagesFailed as exc:
         built, failures = exc.built, exc.failures

@@ -101,6 +101,15 @@ def base_for_card(card: manifest_mod.Card, bases: Dict[str, Base]) -> Base:
     raise BaseError(f"{card.name}: no base in envs/bases/bases.toml is made of {card.snapshot_env} (its snapshot_env)")
 
 
+def cards_on(base: str) -> List[str]:
+    """The cards of the matrix built on the base named `base` (envs/bases/bases.toml)."""
+    manifest = manifest_mod.load()
+    _, bases = load_spec()
+    if base not in bases:
+        raise BaseError(f"no base {base!r} in envs/bases/bases.toml (there: {', '.join(sorted(bases))})")
+    return [name for name in manifest_mod.card_names(manifest) if base_for_card(manifest.cards[name], bases).name == base]
+
+
 def _hash_files(digest, paths: Iterable[str]) -> None:
     for path in sorted(paths):
         digest.update(os.path.relpath(path, ROOT).encode() + b"\0")

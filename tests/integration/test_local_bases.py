@@ -8,6 +8,8 @@ import stat
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from compat_build import local_bases
 from compat_build.local_bases import Base, base_key, load_spec, write_base_tar
 
@@ -107,6 +109,24 @@ def test_every_card_has_a_base_made_of_its_snapshot_venv():
     _, bases = load_spec()
     for card in manifest.card_names(m):
         assert local_bases.base_for_card(m.cards[card], bases).venv_link == m.cards[card].snapshot_env
+
+
+def test_make_images_builds_every_card_once_on_its_own_base():
+    """`make images` builds each base's cards (compat_build.images --on-base) as the base is made:
+    together the bases carry every card of the matrix, each card on one; a base not in the spec is
+    said, never an empty build."""
+    from compat_build import manifest
+
+    m = manifest.load()
+    _, bases = load_spec()
+    carried = [card for base in bases for card in local_bases.cards_on(base)]
+    assert sorted(carried) == sorted(manifest.card_names(m))
+    assert local_bases.cards_on("engine055") == ["iluvatar-bi100"]
+    makefile = (Path(__file__).parents[2] / "Makefile").read_text()
+    for base in bases:
+        assert f"images-on-{base}: base-{base}" in makefile, base
+    with pytest.raises(local_bases.BaseError, match="no base 'engine099'"):
+        local_bases.cards_on("engine099")
 
 
 def test_an_import_says_how_far_its_stream_is(monkeypatch):
