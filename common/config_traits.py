@@ -94,17 +94,49 @@ def window(cfg: Dict[str, Any], model_type: Optional[str], context: Optional[int
     return "all"
 
 
-def kv_layout(cfg: Dict[str, Any]) -> str:
-    heads = next((_int(cfg.get(k)) for k in ("num_attention_heads", "n_head", "n_heads") if _int(cfg.get(k))), None)
+def _heads(cfg: Dict[str, Any]) -> Optional[int]:
+    return next((_int(cfg.get(k)) for k in ("num_attention_heads", "n_head", "n_heads") if _int(cfg.get(k))), None)
+
+
+def _kv_heads(cfg: Dict[str, Any]) -> Optional[int]:
+    """The KV heads the config states (1 for multi_query), None where it states none."""
     if cfg.get("multi_query") is True:
-        return "mqa"
+        return 1
     kv = next((_int(cfg.get(k)) for k in ("num_key_value_heads", "num_kv_heads", "n_head_kv") if _int(cfg.get(k))), None)
     if kv is None:
         attn = cfg.get("attn_config")
         kv = _int(attn.get("kv_n_heads")) if isinstance(attn, dict) else None
+    return kv
+
+
+def kv_layout(cfg: Dict[str, Any]) -> str:
+    heads, kv = _heads(cfg), _kv_heads(cfg)
+    if cfg.get("multi_query") is True:
+        return "mqa"
     if kv is None or heads is None or kv == heads:
         return "mha"
     return "mqa" if kv == 1 else "gqa"
+
+
+def sharding(config: Dict[str, Any], tp: int) -> Optional[str]:
+    """How a start at tensor-parallel size `tp` cuts the model over its ranks, where a model goes
+    wrong silently when sharded: its KV heads each on one rank ("kv split") or fewer than the
+    ranks, each rank holding a copy ("kv replicated"), and its experts each cut across the ranks
+    ("experts split"). None at size 1; "kv unknown" where no head count can be read. A TP start
+    is proven only by an exact cell of the same size and the same sharding."""
+    if tp <= 1:
+        return None
+    _, cfg = attention_config(config)
+    kv = _kv_heads(cfg) or _heads(cfg)
+    if kv is None:
+        cut = "kv unknown"
+    elif kv % tp == 0:
+        cut = "kv split"
+    elif tp % kv == 0:
+        cut = "kv replicated"
+    else:
+        cut = f"kv {kv} over {tp} ranks"
+    return cut + (", experts split" if experts(cfg) else "")
 
 
 def experts(cfg: Dict[str, Any]) -> Optional[Dict[str, Any]]:

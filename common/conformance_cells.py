@@ -11,6 +11,7 @@ tokens: "proven" only when the model's traits equal an exact cell's, saved by a 
 its own major version (a config written by transformers 5 is read through the repairs of its
 format; one written by 4.x as is), AND every value its architecture's model code reads
 (model_fields.json) is covered, at the tensor-parallel size asked, with its quantization method;
+above size 1, one exact cell ran at that size with the model's sharding (config_traits.sharding);
 "differs" where a cell that answered other tokens has the model's culprit traits; "unproven"
 otherwise, with `open`: what no cell covered. Deny by default. Standard library only.
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 
-from .config_traits import config_traits
+from .config_traits import config_traits, sharding
 from .config_values import config_values, uncovered
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
@@ -173,12 +174,26 @@ def judge(
         # as each configuration value must; the deciding cell is the exact one nearest to it.
         cell, unseen = nearest_exact(card, config, max_model_len)
         open_list[:0] = unseen
+    if tp > 1:
+        open_list.extend(unsharded(card, config, tp))
     if cell is not None and cell.get("result") != "exact" and not open_list:
         # Never unproven without saying why.
         open_list = [f"its cell {cell.get('variant')} (saved by {cell.get('saved_by')}) was {cell.get('result')}"]
     if cell is None or open_list:
         return "unproven", cell, open_list
     return "proven", cell, []
+
+
+def unsharded(card: str, config: Mapping[str, Any], tp: int) -> List[str]:
+    """At tensor-parallel size `tp` > 1: [] where an exact cell of the model's architecture and
+    saver ran at that very size with the model's sharding (its KV heads split or replicated over
+    the ranks, its experts cut), else what is missing. Values proven at another size do not carry
+    over: sharding is where a backport or a kernel goes wrong silently."""
+    need = sharding(dict(config), tp)
+    for cell in _cells(card, _architecture(config), saver_of(config)):
+        if cell.get("result") == "exact" and int(cell.get("tp") or 1) == tp and cell.get("sharding") == need:
+            return []
+    return [f"no exact cell at --tensor-parallel-size {tp} with its sharding ({need})"]
 
 
 def start_view(config: Mapping[str, Any], user: UserArgs) -> Tuple[Dict[str, Any], Dict[str, Any], List[str]]:

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from common.config_traits import config_traits
+from common.config_traits import config_traits, sharding
 from common.config_values import config_values
 from common.conformance_cells import fields_table
 from common.triage import scan, signatures, triage_file
@@ -376,6 +376,9 @@ def judge_all(results: Dict[str, Any], progress: Any) -> None:
         cell["traits"] = config_traits(config, max_model_len_of(args[cell["vllm"]]))
         cell["tp"] = int(cell.get("tp") or 1)
         cell["values"] = cell_values(config, cell["vllm"], cell["architecture"], cell["tp"])
+        cell.pop("sharding", None)
+        if cell["tp"] > 1:
+            cell["sharding"] = sharding(config, cell["tp"])
         by_start.setdefault((cell["card"], cell["tp"]), {}).setdefault(model, []).append(cell)
     write_baked(results)
     progress("conformance: doctor on every model and card")

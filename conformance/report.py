@@ -94,7 +94,7 @@ def write_readme(results: Dict[str, Any]) -> None:
 
 CELLS = Path(__file__).resolve().parents[1] / "common" / "conformance_cells.json"
 # What doctor needs of a cell (common/conformance_cells.py).
-BAKED = ("architecture", "variant", "saved_by", "traits", "result", "code", "cause", "signal", "first_difference", "tp")
+BAKED = ("architecture", "variant", "saved_by", "traits", "result", "code", "cause", "signal", "first_difference", "tp", "sharding")
 
 
 def saver_key(cell: Dict[str, Any]) -> str:

@@ -108,13 +108,11 @@ class Backport(Rule):
             repair.config_edits = {key: dict(text, use_sliding_window=False)} if key else {"use_sliding_window": False}
             repair.detail += "; its layers take their own sliding windows (the engine-wide window off: use_sliding_window false)"
         if backport.recurrent:
-            refused = one_device_only(ctx)
+            refused = state_refusals(ctx, text)
             if refused:
                 # The backport refuses these at start (qwen3_5.py): said here, before the start.
                 outcome.findings.append(
-                    self.finding(
-                        "error", f"{arch} is served by the image's backport, which keeps each sequence's state on one device: {refused}"
-                    )
+                    self.finding("error", f"{arch} is served by the image's backport, which keeps each sequence's state itself: {refused}")
                 )
                 return outcome
             # Its state pool is indexed by the batch's sequences in Python each step; a CUDA graph
@@ -142,16 +140,21 @@ class Backport(Rule):
         return outcome
 
 
-def one_device_only(ctx: Context) -> str:
+def state_refusals(ctx: Context, text: dict) -> str:
     """What the platform's arguments ask that a backport with per-sequence state cannot serve
-    ("" when nothing): more than one device, or a prefix cache (a cached prefix has no state)."""
+    ("" when nothing): pipeline stages, linear-attention heads that do not split over the
+    tensor-parallel ranks (each rank keeps whole heads' states), or a prefix cache (a cached
+    prefix has no state)."""
     from ..memory_fit import int_arg, switch_arg  # its tables load only for such a model
 
     asked = []
-    for flag in ("--tensor-parallel-size", "--pipeline-parallel-size"):
-        size = int_arg(ctx.user, flag)
-        if size and size > 1:
-            asked.append(f"{flag} {size} (not supported yet)")
+    pp = int_arg(ctx.user, "--pipeline-parallel-size")
+    if pp and pp > 1:
+        asked.append(f"--pipeline-parallel-size {pp} (not supported yet)")
+    tp = int_arg(ctx.user, "--tensor-parallel-size") or 1
+    keys = text.get("linear_num_key_heads")
+    if tp > 1 and isinstance(keys, int) and not isinstance(keys, bool) and keys % tp:
+        asked.append(f"--tensor-parallel-size {tp} (its {keys} linear-attention key heads do not split over {tp} ranks)")
     if switch_arg(ctx.user, "--enable-prefix-caching"):
         asked.append("--enable-prefix-caching (a cached prefix has no recurrent state to continue from)")
     return "; ".join(asked)

@@ -189,4 +189,7 @@ def test_doctor_judges_tokens_at_the_platforms_tensor_parallel_size():
     assert smallest["tp"] == 1 and smallest["tokens"] == "proven" and "TP" not in smallest["cell"], smallest
     unrun = doctor(4)
     assert unrun["tokens_tp"] == 4 and unrun["tokens"] == "unproven"
-    assert unrun["tokens_open"] == ["@tensor_parallel_size=4"], unrun["tokens_open"]  # the one thing no cell ran
+    # The size no cell ran, and so no cell that cut the model's heads over four ranks.
+    assert unrun["tokens_open"][0] == "@tensor_parallel_size=4", unrun["tokens_open"]
+    assert unrun["tokens_open"][1].startswith("no exact cell at --tensor-parallel-size 4 with its sharding (kv "), unrun["tokens_open"]
+    assert len(unrun["tokens_open"]) == 2, unrun["tokens_open"]

@@ -329,17 +329,8 @@ def test_qwen35_moe_gets_its_backport_on_the_engines_fused_moe(tmp_path):
     assert "model_executor/layers/fused_moe/layer.py:FusedMoE" in repair.engine_check["requires"]
 
 
-@pytest.mark.parametrize(
-    "args, said",
-    [
-        (["--tensor-parallel-size", "2"], "--tensor-parallel-size 2"),
-        (["-tp", "4"], "--tensor-parallel-size 4"),
-        (["--pipeline-parallel-size", "2"], "--pipeline-parallel-size 2"),
-        (["--enable-prefix-caching"], "--enable-prefix-caching"),
-    ],
-)
-def test_qwen35_on_more_than_one_device_or_with_a_prefix_cache_fails_before_the_start(tmp_path, args, said):
-    """The backport refuses these when the engine builds it; doctor and the preflight say so first."""
+def qwen35_r10(tmp_path, args):
+    """R10's outcome for Qwen3.5 on the BI-100 under the platform's `args`."""
     from common.facts import gather_facts
     from common.modeldir import ModelDir
     from common.rules import Context, r10_backport
@@ -347,8 +338,28 @@ def test_qwen35_on_more_than_one_device_or_with_a_prefix_cache_fails_before_the_
 
     model = ModelDir(str(model_dir(tmp_path / "m", {"config.json": QWEN35})))
     ctx = Context(model=model, profile=Profile(profile_data("iluvatar-bi100")), facts=gather_facts(model), user=UserArgs(args), env={})
-    outcome = r10_backport.RULE.check(ctx)
+    return r10_backport.RULE.check(ctx)
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--tensor-parallel-size", "3"], "--tensor-parallel-size 3 (its 16 linear-attention key heads do not split over 3 ranks)"),
+        (["-tp", "32"], "--tensor-parallel-size 32"),
+        (["--pipeline-parallel-size", "2"], "--pipeline-parallel-size 2"),
+        (["--enable-prefix-caching"], "--enable-prefix-caching"),
+    ],
+)
+def test_qwen35_where_its_state_cannot_be_kept_fails_before_the_start(tmp_path, args, said):
+    """The backport refuses these when the engine builds it; doctor and the preflight say so first."""
+    outcome = qwen35_r10(tmp_path / "refused", args)
     [finding] = outcome.findings
     assert outcome.repairs == [] and finding.severity == "error" and said in finding.message, finding.message
-    ctx.user = UserArgs(["--tensor-parallel-size", "1"])
-    assert [r.code for r in r10_backport.RULE.check(ctx).repairs] == ["R10"]
+    assert [r.code for r in qwen35_r10(tmp_path / "one", ["--tensor-parallel-size", "1"]).repairs] == ["R10"]
+
+
+@pytest.mark.parametrize("args", [["--tensor-parallel-size", "2"], ["-tp", "4"], ["--tensor-parallel-size", "16"]])
+def test_qwen35_shards_its_heads_over_the_ranks(tmp_path, args):
+    """Each rank keeps whole heads' states: any size that divides the 16 key heads starts."""
+    outcome = qwen35_r10(tmp_path, args)
+    assert outcome.findings == [] and [r.args for r in outcome.repairs] == [["--enforce-eager"]]

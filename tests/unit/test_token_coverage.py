@@ -10,7 +10,7 @@ import json
 import pytest
 
 from common import conformance_cells, doctor_many
-from common.config_traits import config_traits
+from common.config_traits import config_traits, sharding
 from common.config_values import config_values, uncovered, value_class
 from common.doctor import tokens_of
 from common.modeldir import ModelDir
@@ -60,6 +60,7 @@ def result_cell(config, result, variant, tp=1, **extra):
         tp=tp,
         traits=config_traits(config, CONTEXT),
         values=config_values(config, fields(arch), None, tp),
+        **({"sharding": sharding(config, tp)} if tp > 1 else {}),
         **extra,
     )
 
@@ -185,9 +186,26 @@ def test_quantized_checkpoints_and_other_tensor_parallel_sizes_need_cells_of_the
     assert "@quantization=awq" in judge(awq)[2]
     # AutoGPTQ's quantize_config.json, which vLLM reads as GPTQ.
     assert judge(MISTRAL, quantize={"bits": 4, "group_size": 128})[2] == ["@quantization=gptq"]
-    assert judge(MISTRAL, tp=2)[2] == ["@tensor_parallel_size=2"]
+    assert judge(MISTRAL, tp=2)[2] == ["@tensor_parallel_size=2", "no exact cell at --tensor-parallel-size 2 with its sharding (kv split)"]
     cells(result_cell(MISTRAL, "exact", "mistral"), result_cell(MISTRAL, "exact", "mistral", tp=2))
     assert judge(MISTRAL, tp=2)[0] == "proven"
+
+
+def test_a_sharded_start_is_proven_only_by_a_cell_of_its_size_and_sharding(cells):
+    """At TP > 1 a model's KV heads are split over the ranks or, fewer than the ranks, copied to
+    each; its experts are cut across them. Each is its own code path: a value class seen at
+    another size or in another sharding proves nothing there."""
+    mqa = dict(MISTRAL, num_key_value_heads=1)
+    cells(result_cell(MISTRAL, "exact", "mistral", tp=2), result_cell(mqa, "exact", "mistral-mqa"))
+    assert judge(MISTRAL, tp=2)[0] == "proven"
+    # Every value of the MQA model is covered (one KV head at TP 1, size 2 by the GQA cell), and
+    # still no cell copied one KV head to two ranks.
+    assert judge(mqa, tp=2)[0::2] == ("unproven", ["no exact cell at --tensor-parallel-size 2 with its sharding (kv replicated)"])
+    cells(result_cell(MISTRAL, "exact", "mistral", tp=2), result_cell(mqa, "exact", "mistral-mqa", tp=2))
+    assert judge(mqa, tp=2)[0] == "proven"
+    assert sharding(MISTRAL, 4) == "kv replicated" and sharding(MISTRAL, 1) is None
+    assert sharding(dict(MISTRAL, num_local_experts=8), 2) == "kv split, experts split"
+    assert sharding(dict(MISTRAL, num_key_value_heads=3), 2) == "kv 3 over 2 ranks"
 
 
 def test_a_known_difference_fails_the_model_wherever_its_culprit_appears(cells, tmp_path):
@@ -224,7 +242,11 @@ def test_doctor_names_what_stays_open(cells, tmp_path):
     gelu = model_dir(tmp_path / "gelu", {"config.json": dict(MISTRAL, hidden_act="gelu")})
     data = {"model_dir": str(gelu), "card": CARD, "user_args": ["--max-model-len", CONTEXT, "-tp", "2"]}
     tokens, cell, open_list = tokens_of(data)
-    assert tokens == "unproven" and open_list == ["@tensor_parallel_size=2", "hidden_act=gelu"]
+    assert tokens == "unproven" and open_list == [
+        "@tensor_parallel_size=2",
+        "hidden_act=gelu",
+        "no exact cell at --tensor-parallel-size 2 with its sharding (kv split)",
+    ]
     assert json.dumps(open_list)  # the JSON contract carries it as a list of strings
 
 
@@ -235,9 +257,9 @@ def test_doctor_many_rows_and_table_carry_what_stays_open(cells, tmp_path):
     tokens, _, open_list = tokens_of(data)
     plan = {"verdict": "starts", "repairs": [], "findings": [], "failing": [], "unverified": [], "args": [], "env": {}}
     row = doctor_many.row_of(str(gelu), CARD, dict(plan, tokens=tokens, tokens_open=open_list))
-    assert row["tokens"] == "unproven" and row["tokens_open"] == open_list and len(open_list) == 3
+    assert row["tokens"] == "unproven" and row["tokens_open"] == open_list and len(open_list) == 4
     table = doctor_many.markdown({"models": [str(gelu)], "cards": {}, "rows": [row]})
-    assert f"| unproven: {open_list[0]}, {open_list[1]} and 1 more |" in table
+    assert f"| unproven: {open_list[0]}, {open_list[1]} and 2 more |" in table
 
 
 def test_a_value_that_made_a_cell_fail_is_its_culprit_not_the_traits_it_shares(cells, tmp_path):

@@ -101,9 +101,11 @@ class Backport:
         return getattr(importlib.import_module(f".{self.module}", __name__), self.architecture)
 
 
-# What a whole-width q/k norm under tensor parallelism gathers its slices with (OLMo 2).
-GATHER_055: Dict[str, Tuple[str, ...]] = {
-    "distributed/communication_op.py:tensor_model_parallel_all_gather": ("input_", "dim"),
+# What a whole-width q/k norm under tensor parallelism sums its slices' squares with, each rank
+# scaling its own slice (OLMo 2).
+REDUCE_055: Dict[str, Tuple[str, ...]] = {
+    "distributed/communication_op.py:tensor_model_parallel_all_reduce": ("input_",),
+    "distributed/parallel_state.py:get_tensor_model_parallel_rank": (),
 }
 
 # Gemma's layers: its RMSNorm (x * (1 + w)), the tanh-GELU gated MLP, the final logit soft-cap.
@@ -153,6 +155,9 @@ RECURRENT_055: Dict[str, Tuple[str, ...]] = {
         "finished_requests_ids",
     ),
     "model_executor/layers/linear.py:ColumnParallelLinear": ("input_size", "output_size", "bias", "quant_config"),
+    # Each rank's share of the per-head vectors (dt_bias, A_log) is cut by its own loader.
+    "distributed/parallel_state.py:get_tensor_model_parallel_rank": (),
+    "model_executor/utils.py:set_weight_attrs": ("weight", "weight_attrs"),
 }
 
 # architecture -> its backport: one line per backported family.
@@ -160,7 +165,7 @@ BACKPORTS: Dict[str, Backport] = {
     "Qwen3ForCausalLM": Backport("Qwen3ForCausalLM", "qwen3", LAYERS_055),
     "Qwen3MoeForCausalLM": Backport("Qwen3MoeForCausalLM", "qwen3_moe", dict(LAYERS_055, **EXPERTS_055)),
     "GraniteForCausalLM": Backport("GraniteForCausalLM", "granite", LAYERS_055),
-    "Olmo2ForCausalLM": Backport("Olmo2ForCausalLM", "olmo2", dict(LAYERS_055, **GATHER_055)),
+    "Olmo2ForCausalLM": Backport("Olmo2ForCausalLM", "olmo2", dict(LAYERS_055, **REDUCE_055)),
     "Gemma3ForCausalLM": Backport("Gemma3ForCausalLM", "gemma3", dict(LAYERS_055, **GEMMA_055, **WINDOWS_055), windows=True),
     "Gemma3ForConditionalGeneration": Backport(
         "Gemma3ForConditionalGeneration", "gemma3", dict(LAYERS_055, **GEMMA_055, **WINDOWS_055), windows=True

@@ -15,6 +15,13 @@ CPU runner the same); sequence_state.py keeps the slots. CUDA graphs would repla
 slots for every batch: R10 starts this model with --enforce-eager. A start from a cached prefix
 has no state to continue from and is refused (no --enable-prefix-caching).
 
+Under tensor parallelism each rank holds whole heads: the attention layers as Qwen3's; a Gated
+DeltaNet layer its share of the key heads with the value heads they serve (value head j belongs to
+key head j // (value_heads / key_heads), so a contiguous share of each stays together), which is
+that share of every per-head tensor: the q, k and v parts of the fused projection and of the
+convolution's channels (the engine's merged column loader cuts each part), z, a, b, dt_bias and
+A_log. Each rank's recurrence and state pool cover its own heads alone; out_proj sums the ranks.
+
 The published checkpoints are `Qwen3_5ForConditionalGeneration` (text and vision): served as text,
 the vision tower and the multi-token-prediction head (`mtp.*`) not loaded.
 """
@@ -26,13 +33,14 @@ import torch
 from torch import nn
 from vllm.attention import AttentionMetadata
 from vllm.config import CacheConfig
-from vllm.distributed import get_pp_group, get_tensor_model_parallel_world_size
+from vllm.distributed import get_pp_group, get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
 from vllm.model_executor.layers.layernorm import GemmaRMSNorm
-from vllm.model_executor.layers.linear import ColumnParallelLinear, RowParallelLinear
+from vllm.model_executor.layers.linear import ColumnParallelLinear, MergedColumnParallelLinear, RowParallelLinear
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 from vllm.model_executor.layers.rotary_embedding import get_rope
 from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 from vllm.model_executor.models.utils import make_layers
+from vllm.model_executor.utils import set_weight_attrs
 
 from . import gated_delta
 from .gemma3 import ServedAsText
@@ -165,25 +173,46 @@ def _prompt_runs(meta: AttentionMetadata) -> Tuple[List[Tuple[int, int, int]], i
     return [(bounds[i], bounds[i + 1] - bounds[i], contexts[i]) for i in range(count)], bounds[-1]
 
 
+def linear_heads(config, ranks: int) -> Tuple[int, int]:
+    """(key heads, value heads) of one rank's Gated DeltaNet layers; ValueError where they do not
+    split over the ranks or the value heads do not group over the key heads."""
+    keys, values = config.linear_num_key_heads, config.linear_num_value_heads
+    if values % keys:
+        raise ValueError(f"Qwen3.5 backport: {values} value heads do not group over {keys} key heads")
+    if keys % ranks:
+        raise ValueError(f"Qwen3.5 backport: {keys} linear-attention key heads do not split over {ranks} ranks")
+    return keys // ranks, values // ranks
+
+
+def _head_share(param: nn.Parameter, loaded: torch.Tensor) -> None:
+    """A per-value-head vector (dt_bias, A_log): this rank's heads."""
+    share = param.shape[0]
+    param.data.copy_(loaded.narrow(0, get_tensor_model_parallel_rank() * share, share))
+
+
 class GatedDeltaNet(nn.Module):
     def __init__(self, config, index: int, quant_config: Optional[QuantizationConfig] = None) -> None:
         super().__init__()
         self.index = index  # its state's place in the pool
-        self.key_heads, self.value_heads = config.linear_num_key_heads, config.linear_num_value_heads
+        self.key_heads, self.value_heads = linear_heads(config, get_tensor_model_parallel_world_size())  # this rank's
         self.key_dim, self.value_dim = config.linear_key_head_dim, config.linear_value_head_dim
-        if self.value_heads % self.key_heads:
-            raise ValueError(f"Qwen3.5 backport: {self.value_heads} value heads do not group over {self.key_heads} key heads")
-        keys, values = self.key_heads * self.key_dim, self.value_heads * self.value_dim
-        self.split = [keys, keys, values]
+        keys, values = config.linear_num_key_heads * self.key_dim, config.linear_num_value_heads * self.value_dim
+        parts = [keys, keys, values]  # q | k | v, whole
+        self.split = [self.key_heads * self.key_dim] * 2 + [self.value_heads * self.value_dim]  # this rank's
         hidden, kernel = config.hidden_size, config.linear_conv_kernel_dim
-        self.in_proj_qkv = ColumnParallelLinear(hidden, sum(self.split), bias=False, quant_config=quant_config)
+        self.in_proj_qkv = MergedColumnParallelLinear(hidden, parts, bias=False, quant_config=quant_config)
         self.in_proj_z = ColumnParallelLinear(hidden, values, bias=False, quant_config=quant_config)
-        self.in_proj_b = ColumnParallelLinear(hidden, self.value_heads, bias=False, quant_config=quant_config)
-        self.in_proj_a = ColumnParallelLinear(hidden, self.value_heads, bias=False, quant_config=quant_config)
-        # Kept as the checkpoint stores it ([channels, 1, kernel]); the arithmetic is gated_delta's.
-        self.conv1d = nn.Conv1d(sum(self.split), sum(self.split), kernel, groups=sum(self.split), bias=False)
+        self.in_proj_b = ColumnParallelLinear(hidden, config.linear_num_value_heads, bias=False, quant_config=quant_config)
+        self.in_proj_a = ColumnParallelLinear(hidden, config.linear_num_value_heads, bias=False, quant_config=quant_config)
+        # The depthwise convolution's channels are the projection's: the same cut per part. Its
+        # weight is kept as the checkpoint stores it ([channels, 1, kernel], Jamba's way on this
+        # engine); the arithmetic is gated_delta's.
+        self.conv1d = MergedColumnParallelLinear(kernel, parts, bias=False, quant_config=None)
+        self.conv1d.weight.data = self.conv1d.weight.data.unsqueeze(1)
         self.dt_bias = nn.Parameter(torch.ones(self.value_heads))
         self.A_log = nn.Parameter(torch.zeros(self.value_heads))
+        set_weight_attrs(self.dt_bias, {"weight_loader": _head_share})
+        set_weight_attrs(self.A_log, {"weight_loader": _head_share})
         self.norm = GatedNorm(self.value_dim, config.rms_norm_eps)
         self.out_proj = RowParallelLinear(values, hidden, bias=False, quant_config=quant_config)
 
@@ -297,8 +326,8 @@ class Qwen3_5ForCausalLM(Qwen3ForCausalLM):
     def __init__(
         self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None, scheduler_config=None
     ) -> None:
-        if get_tensor_model_parallel_world_size() > 1 or get_pp_group().world_size > 1:
-            raise ValueError("Qwen3.5 backport: tensor and pipeline parallelism are not supported yet (start it on one device)")
+        if get_pp_group().world_size > 1:
+            raise ValueError("Qwen3.5 backport: pipeline parallelism is not supported yet (start it on one pipeline stage)")
         if cache_config is not None and getattr(cache_config, "enable_prefix_caching", False):
             raise ValueError(
                 "Qwen3.5 backport: prefix caching cannot serve a recurrent model "
@@ -308,17 +337,14 @@ class Qwen3_5ForCausalLM(Qwen3ForCausalLM):
         config = getattr(config, "text_config", config)
         super().__init__(config, cache_config, quant_config)
         capacity = getattr(scheduler_config, "max_num_seqs", None) or DEFAULT_SLOTS
+        keys, values = linear_heads(config, get_tensor_model_parallel_world_size())  # this rank's
+        conv_channels = 2 * keys * config.linear_key_head_dim + values * config.linear_value_head_dim
         self.pool = StatePool(
             len(self.model.state_index),
-            (sum(self._conv_channels(config)), config.linear_conv_kernel_dim - 1),
-            (config.linear_num_value_heads, config.linear_key_head_dim, config.linear_value_head_dim),
+            (conv_channels, config.linear_conv_kernel_dim - 1),
+            (values, config.linear_key_head_dim, config.linear_value_head_dim),
             capacity,
         )
-
-    @staticmethod
-    def _conv_channels(config) -> Tuple[int, int, int]:
-        keys = config.linear_num_key_heads * config.linear_key_head_dim
-        return keys, keys, config.linear_num_value_heads * config.linear_value_head_dim
 
     @staticmethod
     def check_config(config) -> None:

@@ -13,7 +13,9 @@ one and recomputes it from its tokens later (its state is cleared and rebuilt, n
 1. vanilla 0.5.5 refuses the model (its transformers has no `qwen3_5_text` config class);
 2. through the launcher: each prompt alone, two of different lengths at once, and all five at once
    (more than the engine runs at a time, so requests wait, finish and free their state slots)
-   give the author's tokens; the engine's log shows the preemption by recomputation;
+   give the author's tokens; the engine's log shows the preemption by recomputation. On one
+   device, and at the platform's --tensor-parallel-size 2 (the launcher exec'ing `vllm serve`,
+   each rank keeping its half of the heads' states from the request ids the first rank broadcasts);
 3. `doctor --card iluvatar-bi100` says it starts, with the backport (R10) and the config class
    (R12), and --enforce-eager.
 """
@@ -30,6 +32,7 @@ from typing import Dict, List
 import pytest
 
 from common.triage import triage_file
+from tests.cores import ranks_env
 from tests.engine import ENGINE_055, ROOT, free_port
 from tests.fixtures.factory import AUTHOR_PYTHON, build
 
@@ -99,9 +102,15 @@ def test_vanilla_refuses_the_model(model, server):
     assert triage_file(str(srv.log_path)).code != "unknown", srv.log()[-3000:]
 
 
-def test_launcher_serves_the_authors_tokens_however_the_engine_batches(model, prompts, author, tmp_path, launched):
+@pytest.mark.parametrize("tp", [1, 2])
+def test_launcher_serves_the_authors_tokens_however_the_engine_batches(model, prompts, author, tmp_path, launched, tp):
     before = digest(model)
-    srv, report = launched(ENGINE, CARD, model, tmp_path / "work", *GREEDY, *TIGHT)
+    if tp == 1:
+        srv, report = launched(ENGINE, CARD, model, tmp_path / "work", *GREEDY, *TIGHT)
+    else:
+        sharded = ["--tensor-parallel-size", str(tp)]
+        srv, report = launched(ENGINE, CARD, model, tmp_path / "work", *GREEDY, *TIGHT, *sharded, env=ranks_env(tp), exec_=True)
+        assert f"tensor_parallel_size={tp}" in srv.log() and "(VllmWorkerProcess pid=" in srv.log()
     codes = [r["code"] for r in report["repairs"]]
     assert {"R10", "R12"} <= set(codes) and all(r["verified"] for r in report["repairs"]), report
     assert "--enforce-eager" in report["args"], report
