@@ -34,6 +34,8 @@ QK_NORMS = ("qk_layernorm", "use_qk_norm")
 INTERLEAVED = frozenset(("gemma2", "gemma3_text", "gemma3", "cohere2", "gpt_oss", "exaone4", "olmo3", "ministral", "llama4_text", "llama4"))
 WINDOW_KEYS = ("sliding_window", "attention_chunk_size")
 ROPE_ALIASES = {"su": "longrope", "mrope": "default"}
+# KV heads of a family's other layers, beside num_key_value_heads (Gemma 4's full-attention layers).
+GLOBAL_KV_KEYS = ("num_global_key_value_heads",)
 
 
 def _int(value: Any) -> Optional[int]:
@@ -122,21 +124,27 @@ def sharding(config: Dict[str, Any], tp: int) -> Optional[str]:
     """How a start at tensor-parallel size `tp` cuts the model over its ranks, where a model goes
     wrong silently when sharded: its KV heads each on one rank ("kv split") or fewer than the
     ranks, each rank holding a copy ("kv replicated"), and its experts each cut across the ranks
-    ("experts split"). None at size 1; "kv unknown" where no head count can be read. A TP start
+    ("experts split"); a family whose other layers have KV heads of their own (Gemma 4's
+    global layers) names both cuts ("kv split and replicated"). None at size 1; "kv unknown"
+    where no head count can be read. A TP start
     is proven only by an exact cell of the same size and the same sharding."""
     if tp <= 1:
         return None
     _, cfg = attention_config(config)
     kv = _kv_heads(cfg) or _heads(cfg)
     if kv is None:
-        cut = "kv unknown"
-    elif kv % tp == 0:
-        cut = "kv split"
-    elif tp % kv == 0:
-        cut = "kv replicated"
-    else:
-        cut = f"kv {kv} over {tp} ranks"
-    return cut + (", experts split" if experts(cfg) else "")
+        return "kv unknown" + (", experts split" if experts(cfg) else "")
+    # Layers with KV heads of their own (Gemma 4's global layers) are cut their own way too.
+    counts = [kv] + [n for n in (_int(cfg.get(k)) for k in GLOBAL_KV_KEYS) if n]
+    per_layer = cfg.get("per_layer_config")  # transformers 5's save of them: layer -> overrides
+    if isinstance(per_layer, dict):
+        counts += [n for n in (_int(o.get("num_key_value_heads")) for o in per_layer.values() if isinstance(o, dict)) if n]
+    cuts = []
+    for n in counts:
+        cut = "split" if n % tp == 0 else "replicated" if tp % n == 0 else f"{n} over {tp} ranks"
+        if cut not in cuts:
+            cuts.append(cut)
+    return "kv " + " and ".join(cuts) + (", experts split" if experts(cfg) else "")
 
 
 def experts(cfg: Dict[str, Any]) -> Optional[Dict[str, Any]]:

@@ -206,6 +206,10 @@ def test_a_sharded_start_is_proven_only_by_a_cell_of_its_size_and_sharding(cells
     assert sharding(MISTRAL, 4) == "kv replicated" and sharding(MISTRAL, 1) is None
     assert sharding(dict(MISTRAL, num_local_experts=8), 2) == "kv split, experts split"
     assert sharding(dict(MISTRAL, num_key_value_heads=3), 2) == "kv 3 over 2 ranks"
+    # Gemma 4's full layers with one KV head beside the windowed layers' two: both ways at TP 2.
+    assert sharding(dict(MISTRAL, num_global_key_value_heads=1), 2) == "kv split and replicated"
+    assert sharding(dict(MISTRAL, num_global_key_value_heads=4), 2) == "kv split"
+    assert sharding(dict(MISTRAL, per_layer_config={"1": {"head_dim": 64, "num_key_value_heads": 1}}), 2) == "kv split and replicated"
 
 
 def test_a_known_difference_fails_the_model_wherever_its_culprit_appears(cells, tmp_path):
