@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CARD   ?= nv-a100
 
-.PHONY: conformance help venv author-env engine-env engine055-env engine-next-env upstream-src envs base-engine base-engine055 base-engine-next bases-in-daemon images-on-engine images-on-engine055 images-on-engine-next images-in-daemon base-images images docker-prune demo test test-in-daemon test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
+.PHONY: conformance help venv author-env engine-env engine055-env engine-next-env upstream-src envs models-v5 models-455 models-457 image-change-models base-engine base-engine055 base-engine-next bases-in-daemon images-on-engine images-on-engine055 images-on-engine-next images-in-daemon base-images images docker-prune demo test test-in-daemon test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
 
 help:
 	@echo "make demo        build an example broken model and show what the $(CARD) image would do"
@@ -40,6 +40,17 @@ engine-next-env:
 	@scripts/make-venv.sh engine-next .venv-engine-next python3.11
 upstream-src: venv
 	@$(PY) scripts/fetch_upstream.py
+
+# The models of the conformance cells `make test` runs again, saved by each saver as soon as its
+# venv is there (the author's first: the others save its weights again), beside the engine builds
+# instead of inside the test that waits for them.
+models-v5: venv author-env
+	@$(PY) -m conformance models --image-changes --saver v5
+models-455: models-v5 engine055-env
+	@$(PY) -m conformance models --image-changes --saver 455
+models-457: models-v5 engine-env
+	@$(PY) -m conformance models --image-changes --saver 457
+image-change-models: models-455 models-457
 envs: venv author-env engine-env engine055-env engine-next-env upstream-src
 
 # A Docker daemon for the command after it: the one that answers, or one started for that command
@@ -84,8 +95,9 @@ demo: venv author-env
 # The leftovers of earlier runs swept first (killed runs' containers and test tags, superseded
 # builds: compat_build.prune --sweep), then the venvs and the base images side by side (downloads
 # and imports overlap the one compile, vLLM 0.5.5's), each base's card images as soon as it is
-# there, then every test, all against one daemon. Where no daemon can be had the images are
-# skipped, saying so, and so is the image tier (not under CI). with-docker.sh execs make, and make
+# there, the re-run conformance cells' models as soon as their savers' venvs are, then every test,
+# all against one daemon. Where no daemon can be had the images are skipped, saying so, and so is
+# the image tier (not under CI). with-docker.sh execs make, and make
 # runs pytest without a shell between: a kill of the run reaches pytest (make passes SIGTERM on to
 # its children). pytest prints the 30 slowest tests and writes every test's seconds to
 # build/test-durations.json. TEST_WORKERS pytest workers side by side (pytest-xdist), each pinned
@@ -97,7 +109,7 @@ test:
 	@$(WITH_DOCKER) $(MAKE) --no-print-directory test-in-daemon
 test-in-daemon:
 	@$(PYTHON) -m compat_build.prune --sweep --if-daemon
-	@$(MAKE) --no-print-directory -j4 envs images-in-daemon IF_DAEMON=--if-daemon
+	@$(MAKE) --no-print-directory -j4 envs image-change-models images-in-daemon IF_DAEMON=--if-daemon
 	$(PY) -m pytest -n $(TEST_WORKERS) --durations=30
 
 test-fast: venv author-env upstream-src

@@ -1,10 +1,12 @@
-"""`python -m conformance run|table|check`: see conformance/README.md."""
+"""`python -m conformance run|stale|table|judge|models`: see conformance/README.md."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
+import tempfile
 
 from . import matrix
 
@@ -23,7 +25,31 @@ def main(argv=None) -> int:
     sub.add_parser("stale", help="name the committed cells whose fingerprint no longer matches the code (exit 1 if any)")
     sub.add_parser("table", help="write README.md's table and common/conformance_cells.json from results.json")
     sub.add_parser("judge", help="bake the cells again and let doctor judge every cell's model anew (no engine runs)")
+    models = sub.add_parser("models", help="save the cases' models not yet in the cache (no engine runs)")
+    models.add_argument("--saver", action="append", help="only this saver's saves, e.g. v5 (repeatable; the author's must be there first)")
+    models.add_argument("--image-changes", action="store_true", help="only the cases of the cells `make test` runs again")
     opts = parser.parse_args(argv)
+    if opts.command == "models":
+        from .cases import SAVERS
+        from .image_changes import image_change_cells
+        from .models import CACHE as MODELS_CACHE
+        from .models import ensure
+        from .report import load
+
+        names = sorted({c["variant"] for c in image_change_cells(load(matrix.RESULTS))}) if opts.image_changes else None
+        unknown = set(opts.saver or ()) - set(SAVERS)
+        if unknown:
+            parser.error(f"no saver {', '.join(sorted(unknown))} (have: {', '.join(SAVERS)})")
+        cases, savers = matrix.select_cases(names), opts.saver or list(SAVERS)
+        with tempfile.TemporaryFile("w+") as log:
+            try:
+                ensure(cases, savers, log)
+            except (RuntimeError, subprocess.CalledProcessError) as exc:
+                log.seek(0)
+                print(log.read()[-4000:], f"conformance: saving the models failed: {exc}", sep="\n", file=sys.stderr)
+                return 1
+        print(f"conformance: the models of {len(cases)} cases saved by {', '.join(savers)} are in {MODELS_CACHE / 'models'}", file=sys.stderr)
+        return 0
     if opts.command == "judge":
         from .report import load, scope_note, write_readme
 

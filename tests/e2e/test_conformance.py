@@ -20,6 +20,7 @@ from common.conformance_cells import CELLS_FILE
 from common.profile import load_profile
 from conformance import report
 from conformance.cases import AUTHOR, ENGINES, PLATFORM_ARGS, load_cases, tensor_parallel, tp_sizes
+from conformance.image_changes import IMAGE_ENGINES, image_change_cells
 from conformance.matrix import RESULTS, cell_id, cell_key, run_cells, select_cases
 from tests.starts import record
 
@@ -86,44 +87,13 @@ def test_most_architectures_are_exact_on_the_bi100_engine_through_its_launcher()
     assert {"Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "GraniteForCausalLM", "Olmo2ForCausalLM", "Exaone4ForCausalLM"} <= exact
 
 
-# Repairs that change the model the engine builds or how it runs (a backport, the CPU MoE path,
-# split experts, an alias or a view, a kernel patch); the others (tokenizer, template, config
-# values) reach the engine by arguments whose effect depends on the configuration.
-MODEL_PATHS = {"R4", "R8", "R10", "R11", "H1", "H2"}
-
-
-def image_changes(cells: List[Dict]) -> List[Dict]:
-    """The cells whose code paths the image changes: at tensor-parallel size 1 every cell with a
-    model-path repair, and one cell for each other set of repairs with each rope configuration R5
-    hands over; above it one cell per architecture and model-path repairs (each backport, the CPU
-    MoE path sharded), the author's save first."""
-    picked, seen = [], set()
-    sharded = sorted((c for c in cells if c.get("tp", 1) > 1), key=lambda c: not c["saved_by"].startswith("5."))
-    for cell in sharded:
-        paths = frozenset(set(cell.get("repairs") or ()) & MODEL_PATHS)
-        key = (cell["card"], cell["tp"], cell["architecture"], paths)
-        if paths and key not in seen:
-            seen.add(key)
-            picked.append(cell)
-    for cell in cells:
-        repairs = set(cell.get("repairs") or ())
-        if not repairs or cell.get("tp", 1) > 1:
-            continue
-        key = (cell["card"], frozenset(repairs), cell["traits"]["rope"], cell["traits"]["partial_rotary"])
-        if repairs & MODEL_PATHS or key not in seen:
-            seen.add(key)
-            picked.append(cell)
-    return picked
-
-
 @pytest.mark.e2e
 def test_the_cells_the_image_changes_come_out_as_committed():
-    engines = [ENGINES["0.5.5"], ENGINES["0.11.0"]]
+    engines = list(IMAGE_ENGINES)
     for engine in engines:
         if not engine.available():
             pytest.skip(f"no {engine.venv}: run `make {engine.make_target}`")
-    cards = {card for engine in engines for card in engine.cards}
-    committed = {cell_key(c): c for c in image_changes([c for c in CELLS if c["card"] in cards])}
+    committed = {cell_key(c): c for c in image_change_cells(RESULTS_DATA)}
     assert [c for c in committed.values() if "R10" in c["repairs"]], "the backports are among them"
     assert [c for c in committed.values() if "R10" in c["repairs"] and c["tp"] > 1], "and sharded"
     saver_of = {(case, version): saver for case, saves in RESULTS_DATA["models"].items() for saver, version in saves.items()}
