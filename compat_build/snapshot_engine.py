@@ -842,6 +842,8 @@ LAYER_API = (
     "model_executor/models/utils.py:is_pp_missing_parameter",
     "model_executor/models/__init__.py:ModelRegistry.register_model",
     "model_executor/model_loader/loader.py:build_model",
+    "model_executor/models/llama.py:LlamaForCausalLM",
+    "model_executor/models/starcoder2.py:Starcoder2ForCausalLM",
     "distributed/communication_op.py:tensor_model_parallel_all_reduce",
     "distributed/parallel_state.py:get_tensor_model_parallel_rank",
     "model_executor/utils.py:set_weight_attrs",

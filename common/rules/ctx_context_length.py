@@ -88,7 +88,9 @@ class ContextLength(Rule):
             wanted = int(given)
         except ValueError:
             return outcome  # the engine's own argument parser says so
-        config = ctx.model.json_object("config.json")
+        # The config the engine reads: R10's backports of Gemma 2 switch its engine-wide window off,
+        # and with it the engine's cap of the context.
+        config = dict(ctx.model.json_object("config.json"), **ctx.config_edits)
         derived, key, capped = derived_length(config, rules, ctx.user.has("--disable-sliding-window"))
         if derived is None or wanted <= derived:
             return outcome

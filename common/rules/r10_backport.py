@@ -16,6 +16,16 @@ reads: vLLM 0.5.5 applies one window to every layer unless told so, and the back
 windowed layer its own. A family whose layers differ in head size (Gemma 4's wider full-attention
 heads) gets the widest as `head_dim`, each layer's own in `per_layer_config`: vLLM 0.5.5 sizes
 every layer's KV cache by the one head_dim, and the backport pads the narrower heads to it.
+Some backports replace a class the engine has, for the configurations it computes differently (the
+table's `replaces`): a sliding window shorter than the context the engine serves, a rotary over a
+fraction of each head, or any (a class the engine cannot build). vLLM 0.5.5 reads a window over
+every layer block by block in decode (Mistral 7B v0.1, Phi-3 mini and medium, Starcoder2: the
+backport is the engine's own class with the window handed to each layer), refuses every Gemma 2
+under its own transformers 4.55 (its class reads `hidden_act`, which Gemma2Config no longer has)
+and would serve it without its every-other-layer window, capping the context to it (the backport
+is Gemma 3's, less its q/k norms, with Gemma 2's soft cap), and
+rotates all of each Phi-3 head, refusing Phi-4-mini's LongRoPE over 0.75 of it (the backport
+rotates the fraction); the engine-wide window is off for all.
 """
 
 from __future__ import annotations
@@ -45,7 +55,49 @@ def backported(architectures: List[str], registry) -> Optional[str]:
     first class it has), and the first with a backport. None: not this rule's model."""
     if registry is None or any(a in registry for a in architectures):
         return None
-    return next((a for a in architectures if a in BACKPORTS), None)
+    return next((a for a in architectures if a in BACKPORTS and not BACKPORTS[a].replaces), None)
+
+
+def replaced(architectures: List[str], registry) -> Optional[str]:
+    """The engine's class vLLM takes for `architectures` (the first it registers), where the
+    image has a backport that replaces it for some configurations; None otherwise."""
+    if registry is None:
+        return None
+    first = next((a for a in architectures if a in registry), None)
+    backport = BACKPORTS.get(first) if first is not None else None
+    return first if backport is not None and backport.replaces else None
+
+
+def shorter_window(text: dict, max_model_len: Optional[int]) -> Optional[str]:
+    """The config's sliding window where it is shorter than the context the engine serves (the
+    platform's --max-model-len, else the model's positions), in words; None where there is none
+    or it never bites (the engine's own class then serves the model as its author does)."""
+    if not windowed(text) or text.get("use_sliding_window") is False:
+        return None
+    window, positions = text["sliding_window"], text.get("max_position_embeddings")
+    context = max_model_len or (positions if isinstance(positions, int) and not isinstance(positions, bool) else None)
+    return f"a sliding window of {window} positions, shorter than the context" if context is None or window < context else None
+
+
+def rotary_fraction(text: dict) -> Optional[str]:
+    """The fraction of each head the config rotates, in words, where it is less than all of it
+    (transformers 4 writes it at the top, transformers 5 in rope_parameters)."""
+    params = text.get("rope_parameters")
+    for factor in (text.get("partial_rotary_factor"), params.get("partial_rotary_factor") if isinstance(params, dict) else None):
+        if isinstance(factor, (int, float)) and not isinstance(factor, bool) and 0 < factor < 1:
+            return f"a rotary over {factor:g} of each head"
+    return None
+
+
+def replaced_for(backport, text: dict, max_model_len: Optional[int]) -> List[str]:
+    """The traits of the config the backport replaces the engine's class for: what the engine
+    does with each, said with the trait ([] where the engine's own class serves the model)."""
+    found = {
+        "window": shorter_window(text, max_model_len),
+        "partial_rotary": rotary_fraction(text),
+        "always": "the configuration its own transformers writes",
+    }
+    return [f"{found[trait]}: it {does}" for trait, does in backport.replaces.items() if found.get(trait)]
 
 
 class Backport(Rule):
@@ -55,22 +107,38 @@ class Backport(Rule):
     fix = "the image's vLLM plugin registers its backport of the class (engines whose layer API it fits); elsewhere a newer engine"
     # vLLM's refusal of a class the image has a backport of (R4 claims the same line for any
     # other class; R10 comes first in the registry, so triage names the repair that applies).
-    log_signatures = (r"Model architectures \[[^\]]*'(?:" + "|".join(sorted(BACKPORTS)) + r")'[^\]]*\] are not supported for now",)
+    log_signatures = (
+        r"Model architectures \[[^\]]*'(?:"
+        + "|".join(sorted(a for a, b in BACKPORTS.items() if not b.replaces))
+        + r")'[^\]]*\] are not supported for now",
+    )
 
     def check(self, ctx: Context) -> Outcome:
         outcome = Outcome()
         raw = ctx.facts.get("architectures")
         architectures = [a for a in raw if isinstance(a, str)] if isinstance(raw, list) else []
         arch = backported(architectures, ctx.profile.architectures)
-        if arch is None:
-            return outcome  # every other model returns here, having read nothing
+        replacing = arch is None
+        if replacing:
+            arch = replaced(architectures, ctx.profile.architectures)
+            if arch is None:
+                return outcome  # every other model returns here, having read nothing
         config = ctx.model.json_object("config.json")
+        why: List[str] = []
+        if replacing:
+            from ..memory_fit import int_arg  # its tables load only for such a model
+
+            why = replaced_for(BACKPORTS[arch], attention_config(config)[1], int_arg(ctx.user, "--max-model-len"))
+            if not why:
+                return outcome  # the engine's own class serves this configuration
         auto_map = config.get("auto_map")
         if isinstance(auto_map, dict) and any(k.startswith("AutoModel") for k in auto_map) and not ctx.user.has("--trust-remote-code"):
             return outcome  # the model's own classes: REMOTE_CODE says what that needs
         profile = ctx.profile
         engine = f"vLLM {profile.vllm_version}"
         backport, missing = fitting(arch, profile.layer_api)
+        if replacing and missing != []:
+            return outcome  # an engine generation the backport is not written for serves its own class (C1 says how well)
         if missing is None:
             outcome.findings.append(
                 self.finding(
@@ -91,11 +159,16 @@ class Backport(Rule):
         blocked = blocker(ctx, weights=False)
         if blocked is not None:
             severity, why = blocked
-            outcome.findings.append(
-                self.finding(severity, f"{arch} is not registered in {engine}, and its backport cannot be registered: {why}")
-            )
+            lacks = f"{engine}'s {arch} serves {'; '.join(why)}" if replacing else f"{arch} is not registered in {engine}"
+            outcome.findings.append(self.finding(severity, f"{lacks}, and its backport cannot be registered: {why}"))
             return outcome
-        detail = f"{arch} is not registered in {engine}; {PLUGIN_NAME} registers the image's backport (compat_backports.{backport.module}) before the model loads"
+        if replacing:
+            detail = (
+                f"{engine} has {arch}, and this model has {'; and '.join(why)}; "
+                f"{PLUGIN_NAME} registers the image's backport (compat_backports.{backport.module}) over it"
+            )
+        else:
+            detail = f"{arch} is not registered in {engine}; {PLUGIN_NAME} registers the image's backport (compat_backports.{backport.module}) before the model loads"
         repair = plugin_repair(self.code, self.title, detail, ENV, arch)
         key, text = attention_config(config)
         if backport.windows and (windowed(text) or "sliding_window" not in text):
@@ -106,6 +179,9 @@ class Backport(Rule):
             # (Gemma 3's 4096) is what the engine reads. A nested text config is given whole, as
             # every nested edit is.
             repair.config_edits = {key: dict(text, use_sliding_window=False)} if key else {"use_sliding_window": False}
+            # The rules after this one judge the config the engine reads (its KV cache then holds
+            # every position of each layer: the block manager keeps no window).
+            ctx.config_edits.update(repair.config_edits)
             repair.detail += "; its layers take their own sliding windows (the engine-wide window off: use_sliding_window false)"
         if backport.recurrent:
             refused = state_refusals(ctx, text)

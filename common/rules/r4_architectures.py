@@ -156,7 +156,10 @@ RULE = Architectures()
 
 
 def _backported_architectures():
-    """R10's scope in the registry (read at check time: the registry module imports this one)."""
+    """The classes R10 serves where the engine lacks them: its scope in the registry (read at
+    check time: the registry module imports this one), less the backports built over an engine
+    class, which need that class."""
+    from ..vllm_plugin.compat_backports import BACKPORTS
     from . import R10_ARCHITECTURES
 
-    return R10_ARCHITECTURES
+    return tuple(a for a in R10_ARCHITECTURES if not BACKPORTS[a].replaces)

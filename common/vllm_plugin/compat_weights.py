@@ -107,8 +107,10 @@ _REGISTERED: set = set()
 
 def register_backports(env: Dict[str, str]) -> None:
     """Register each backport COMPAT_BACKPORTS names with the engine's ModelRegistry; a class the
-    engine already has (its own) is left to it. A backport that fails to import is logged and
-    skipped: the engine then says the architecture is not supported, as without the plugin."""
+    engine already has (its own) is left to it, unless the backport is one that replaces it (R10
+    named it for a configuration the engine's class computes differently). A backport that fails
+    to import is logged and skipped: the engine then says the architecture is not supported, or
+    serves its own class, as without the plugin."""
     names = [n.strip() for n in env.get(backports.ENV, "").split(",") if n.strip()]
     if not names:
         return
@@ -121,7 +123,7 @@ def register_backports(env: Dict[str, str]) -> None:
             continue
         if name in _REGISTERED:
             continue
-        if name in ModelRegistry.get_supported_archs():
+        if name in ModelRegistry.get_supported_archs() and not backport.replaces:
             _log().info("%s: the engine has its own %s; the backport is not used", PLUGIN_NAME, name)
             continue
         try:

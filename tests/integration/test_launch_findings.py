@@ -43,19 +43,36 @@ def sandbox(tmp_path):
 
 
 def test_a_configuration_the_engine_computes_differently_is_logged_and_still_started(sandbox):
-    """A Mistral with a sliding window shorter than the sequence, saved by the BI-100 engine's own
-    transformers: vLLM 0.5.5 answers other tokens (its conformance cell differs)."""
-    [case] = [c for c in load_cases() if c["name"] == "mistral-window"]
-    ensure([case], ["v5", "455"])
-    box = sandbox(model_dir(case, "455") / "model")
+    """A Cohere 2 (a window on three layers of four) saved by transformers 4.57 on the newest
+    engine: its conformance cell differs (the engine's window is one position off)."""
+    [case] = [c for c in load_cases() if c["name"] == "cohere2"]
+    ensure([case], ["v5", "457"])
+    box = sandbox(model_dir(case, "457") / "model")
     args = ["--dtype", "float32", "--max-model-len", "256"]
-    result = box.entrypoint(args, box.env(COMPAT_CARD="iluvatar-bi100"))
+    result = box.entrypoint(args, box.env(COMPAT_CARD="nv-a100@next"))
     assert result.returncode == 0, result.stderr
-    assert "C1 error: vLLM 0.5.5 computes this configuration differently from the author's transformers" in result.stderr
+    assert "C1 error: vLLM " in result.stderr and "computes this configuration differently from the author's transformers" in result.stderr
     assert result.argv[1:] == ["serve", str(box.model), *args]
 
 
 def test_a_max_model_len_the_engine_refuses_is_logged_with_what_starts_and_still_started(sandbox, tmp_path):
+    model = tmp_path / "gemma2"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(dict(GEMMA2, max_position_embeddings=4096)))
+    box = sandbox(model)
+    args = ["--max-model-len", "8192"]
+    result = box.entrypoint(args, box.env(COMPAT_CARD="nv-a100"))
+    assert result.returncode == 0, result.stderr
+    assert (
+        "CTX error: --max-model-len 8192 is longer than vLLM 0.11.0 derives for this model (max_position_embeddings=4096" in result.stderr
+    )
+    assert "the largest that starts is --max-model-len 4096" in result.stderr
+    assert result.argv[-2:] == args  # the platform's arguments, untouched
+
+
+def test_gemma2_at_its_full_context_on_the_bi100_is_served_by_the_backport_not_capped(sandbox, tmp_path):
+    """vLLM 0.5.5 would cap Gemma 2 to its 4096 window and refuse 8192; R10's backport keeps each
+    layer's window and switches the engine-wide one off (the engine's own switch), so nothing caps."""
     model = tmp_path / "gemma2"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(GEMMA2))
@@ -63,9 +80,5 @@ def test_a_max_model_len_the_engine_refuses_is_logged_with_what_starts_and_still
     args = ["--max-model-len", "8192"]
     result = box.entrypoint(args, box.env(COMPAT_CARD="iluvatar-bi100"))
     assert result.returncode == 0, result.stderr
-    assert "CTX error: --max-model-len 8192 is longer than vLLM 0.5.5 derives for this model (sliding_window=4096" in result.stderr
-    assert "the largest that starts is --max-model-len 4096" in result.stderr
-    assert result.argv[-2:] == args  # the platform's arguments, untouched
-    # vLLM 0.11 keeps Gemma 2's windows: nothing to say there.
-    other = box.entrypoint(args, box.env(COMPAT_CARD="nv-a100"))
-    assert "CTX" not in other.stderr and other.argv[-2:] == args
+    assert "CTX" not in result.stderr and "R10" in result.stderr, result.stderr
+    assert result.argv[-2:] == args

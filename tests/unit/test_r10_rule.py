@@ -273,6 +273,148 @@ def test_a_windowed_family_whose_config_names_no_window_still_gets_the_switch(tm
     assert repair.config_edits == {"use_sliding_window": False}
 
 
+# Mistral 7B v0.1 as published: one window over every layer, shorter than its positions.
+MISTRAL_V01 = dict(
+    QWEN3, architectures=["MistralForCausalLM"], model_type="mistral", head_dim=None, sliding_window=4096, max_position_embeddings=32768
+)
+
+
+GEMMA2_9B = dict(
+    QWEN3,
+    architectures=["Gemma2ForCausalLM"],
+    model_type="gemma2",
+    sliding_window=4096,
+    max_position_embeddings=8192,
+    attn_logit_softcapping=50.0,
+    layer_types=["sliding_attention", "full_attention"] * 21,
+)
+
+
+@pytest.mark.parametrize(
+    "config, module",
+    [
+        (MISTRAL_V01, "model_windows"),
+        # Phi-3 mini 4k, Starcoder2 3B: their engine classes (the Llama class and its own) replaced alike.
+        (
+            dict(QWEN3, architectures=["Phi3ForCausalLM"], model_type="phi3", sliding_window=2047, max_position_embeddings=4096),
+            "phi3",
+        ),
+        (
+            dict(
+                QWEN3, architectures=["Starcoder2ForCausalLM"], model_type="starcoder2", sliding_window=4096, max_position_embeddings=16384
+            ),
+            "model_windows",
+        ),
+        # A window on every other layer, which the engine's class drops (capping the context to it).
+        (GEMMA2_9B, "gemma2"),
+    ],
+    ids=["mistral", "phi3", "starcoder2", "gemma2"],
+)
+def test_a_window_shorter_than_the_context_replaces_the_engines_class_on_bi100(tmp_path, config, module):
+    """vLLM 0.5.5 has the class and serves the window otherwise than its author: the backport
+    hands each layer its window, with the engine-wide window off."""
+    arch = config["architectures"][0]
+    assert arch in profile_data("iluvatar-bi100")["engine"]["architectures"]
+    r10, r4 = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
+    [repair] = r10.repairs
+    assert repair.env == {ENV: arch} and repair.config_edits == {"use_sliding_window": False}, repair
+    said = (
+        "the configuration its own transformers writes"
+        if module == "gemma2"
+        else f"a sliding window of {config['sliding_window']} positions"
+    )
+    assert said in repair.detail and f"compat_backports.{module})" in repair.detail
+    assert r10.findings == [] and r4.findings == [] and r4.repairs == []
+
+
+@pytest.mark.parametrize("where", ["top", "rope_parameters"], ids=["saved-by-4", "saved-by-5"])
+def test_phi4_mini_rotating_a_fraction_of_each_head_replaces_the_engines_phi3_on_bi100(tmp_path, where):
+    """vLLM 0.5.5's Phi-3 (its Llama) rotates every dimension and refuses LongRoPE's factors for
+    0.75 of the head: the backport rotates the fraction; no window here."""
+    rope = {"rope_type": "longrope", "short_factor": [1.0] * 24, "long_factor": [1.0] * 24}
+    config = dict(QWEN3, architectures=["Phi3ForCausalLM"], model_type="phi3", max_position_embeddings=131072)
+    if where == "top":
+        config.update(partial_rotary_factor=0.75, rope_scaling=rope)
+    else:
+        config["rope_parameters"] = dict(rope, rope_theta=10000.0, partial_rotary_factor=0.75)
+    r10, r4 = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
+    [repair] = r10.repairs
+    assert repair.env == {ENV: "Phi3ForCausalLM"} and "a rotary over 0.75 of each head" in repair.detail, repair.detail
+    assert "compat_backports.phi3)" in repair.detail and r10.findings == [] and r4.findings == []
+    # A Mistral rotating a fraction is not among what its backport replaces the engine's class for.
+    r10, _ = outcome_on(profile_data("iluvatar-bi100"), dict(config, architectures=["MistralForCausalLM"], model_type="mistral"), tmp_path)
+    assert r10.repairs == [] and r10.findings == []
+
+
+def test_every_replacing_backport_names_only_traits_r10_reads():
+    from common.vllm_plugin.compat_backports import REPLACED_FOR
+
+    replacing = {arch: b.replaces for arch, b in BACKPORTS.items() if b.replaces}
+    assert set(replacing) == {"MistralForCausalLM", "Phi3ForCausalLM", "Starcoder2ForCausalLM", "Gemma2ForCausalLM"}
+    assert all(set(traits) <= set(REPLACED_FOR) for traits in replacing.values()), replacing
+
+
+def test_every_gemma2_is_served_by_the_backport_on_bi100(tmp_path):
+    """vLLM 0.5.5's own Gemma 2 reads `hidden_act`, which its transformers 4.55's Gemma2Config no
+    longer has: whatever the window, the backport serves it."""
+    for change in ({"sliding_window": None}, {"max_position_embeddings": 4096}):
+        r10, _ = outcome_on(profile_data("iluvatar-bi100"), dict(GEMMA2_9B, **change), tmp_path)
+        assert [r.env for r in r10.repairs] == [{ENV: "Gemma2ForCausalLM"}], change
+
+
+def test_gemma2_at_its_full_context_is_no_longer_capped_to_its_window_on_bi100(tmp_path, env_for_tests):
+    """The engine would cap the context to the window (CTX); with the engine-wide window off by
+    R10's backport, --max-model-len 8192 starts."""
+    env_for_tests["COMPAT_SKIP"] += ",KV,C1"
+    model = model_dir(tmp_path / "gemma2", {"config.json": GEMMA2_9B})
+    plan = preflight_json(model, "iluvatar-bi100", vllm_args=["--max-model-len", "8192"], env=env_for_tests)
+    assert [r["code"] for r in plan["repairs"]] == ["R10"] and not [f for f in plan["findings"] if f["code"] == "CTX"], plan
+    # Where the backport cannot be registered, the engine's cap stands, and CTX says so.
+    plan = preflight_json(model, "iluvatar-bi100", vllm_args=["--max-model-len", "8192"], env=dict(env_for_tests, VLLM_PLUGINS="other"))
+    assert [f["severity"] for f in plan["findings"] if f["code"] == "CTX"] == ["error"], plan
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"sliding_window": None},  # Mistral 7B v0.2 and later
+        {"sliding_window": 32768},  # a window as long as the context never bites
+        {"sliding_window": 262144, "max_position_embeddings": 131072},  # Phi-3 mini 128k
+        {"use_sliding_window": False},  # the config's own switch
+    ],
+    ids=["no-window", "window-as-long", "window-longer", "switched-off"],
+)
+def test_the_engines_own_class_serves_every_other_configuration(tmp_path, change):
+    r10, r4 = outcome_on(profile_data("iluvatar-bi100"), dict(MISTRAL_V01, **change), tmp_path)
+    assert (r10.repairs, r10.findings, r4.repairs, r4.findings) == ([], [], [], [])
+
+
+def test_a_window_the_platforms_context_never_reaches_needs_no_backport(tmp_path):
+    from common.facts import gather_facts
+    from common.modeldir import ModelDir
+    from common.rules import Context, r10_backport
+    from common.vllm_args import UserArgs
+
+    model = ModelDir(str(model_dir(tmp_path / "m", {"config.json": MISTRAL_V01})))
+    for args, repaired in ((["--max-model-len", "4096"], False), (["--max-model-len", "8192"], True)):
+        ctx = Context(model=model, profile=Profile(profile_data("iluvatar-bi100")), facts=gather_facts(model), user=UserArgs(args), env={})
+        assert bool(r10_backport.RULE.check(ctx).repairs) is repaired, args
+
+
+@pytest.mark.parametrize("card", ["nv-a100", "hygon-k100", "nv-a100@next"])
+def test_engines_the_window_backport_is_not_written_for_keep_their_class(tmp_path, card):
+    """vLLM 0.11 and the newest engine serve a model-wide window as the author (their cells say
+    so); the backport, written against 0.5.5's layers, does not fit them and is not offered."""
+    r10, r4 = outcome_on(profile_data(card), MISTRAL_V01, tmp_path)
+    assert (r10.repairs, r10.findings, r4.repairs, r4.findings) == ([], [], [], [])
+
+
+def test_triage_never_names_r10_for_an_engine_lacking_a_class_it_only_replaces(tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text("ValueError: Model architectures ['MistralForCausalLM'] are not supported for now. Supported architectures: [...]\n")
+    assert triage_file(str(log)).code == "R4"
+
+
 # Qwen3.5 as published (text and vision, the language model under text_config), shaped like the
 # small checkpoints: Gated DeltaNet layers with full attention every fourth.
 QWEN35_TEXT = {

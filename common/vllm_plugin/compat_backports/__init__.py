@@ -80,9 +80,12 @@ class Backport:
     head sizes of their own (heads.py); the engine's one head size must be the widest, and R10
     writes it, with each layer's own, into the config the engine reads. `recurrent`: it keeps a
     state per sequence (qwen3_5.py): the CPU runner is taught to hand it its requests
-    (compat_cpu_requests.py), and R10 starts it without CUDA graphs."""
+    (compat_cpu_requests.py), and R10 starts it without CUDA graphs. `replaces`: the engine has
+    the class and computes some configurations differently: trait -> what the engine does, in
+    R10's words (the traits R10 reads: REPLACED_FOR); the backport replaces it for a model with
+    one of them only."""
 
-    __slots__ = ("architecture", "module", "requires", "windows", "heads", "recurrent")
+    __slots__ = ("architecture", "module", "requires", "windows", "heads", "recurrent", "replaces")
 
     def __init__(
         self,
@@ -92,9 +95,10 @@ class Backport:
         windows: bool = False,
         heads: bool = False,
         recurrent: bool = False,
+        replaces: Optional[Mapping[str, str]] = None,
     ) -> None:
         self.architecture, self.module, self.requires = architecture, module, dict(requires)
-        self.windows, self.heads, self.recurrent = windows, heads, recurrent
+        self.windows, self.heads, self.recurrent, self.replaces = windows, heads, recurrent, dict(replaces or {})
 
     def load(self) -> Any:
         """The class itself (imports the module: torch and vLLM, inside the engine only)."""
@@ -160,6 +164,25 @@ RECURRENT_055: Dict[str, Tuple[str, ...]] = {
     "model_executor/utils.py:set_weight_attrs": ("weight", "weight_attrs"),
 }
 
+# Gemma 2's soft cap on the attention scores, handed to the engine's Attention.
+SOFT_CAP_055: Dict[str, Tuple[str, ...]] = {
+    "attention/layer.py:Attention": LAYERS_055["attention/layer.py:Attention"] + ("logits_soft_cap",),
+}
+
+# The configuration traits a backport can replace an engine class for (R10 reads them from
+# config.json): a sliding window shorter than the context the engine serves, a rotary over a
+# fraction of each head, and any configuration at all (a class the engine cannot build).
+REPLACED_FOR = ("window", "partial_rotary", "always")
+# What vLLM 0.5.5's classes do with a window over every layer (Mistral, Phi-3, Starcoder2).
+WINDOW_BY_BLOCKS = {"window": "reads a window over every layer block by block in decode; the backport hands it to each layer"}
+
+# The engine's own classes the model-wide window backports are built over (model_windows.py):
+# Mistral and Phi-3 are its Llama class, Starcoder2 its own.
+ENGINE_CLASSES_055: Dict[str, Tuple[str, ...]] = {
+    "model_executor/models/llama.py:LlamaForCausalLM": ("config", "cache_config", "quant_config"),
+    "model_executor/models/starcoder2.py:Starcoder2ForCausalLM": ("config", "cache_config", "quant_config"),
+}
+
 # architecture -> its backport: one line per backported family.
 BACKPORTS: Dict[str, Backport] = {
     "Qwen3ForCausalLM": Backport("Qwen3ForCausalLM", "qwen3", LAYERS_055),
@@ -188,6 +211,42 @@ BACKPORTS: Dict[str, Backport] = {
     ),
     "Qwen3_5MoeForConditionalGeneration": Backport(
         "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", dict(LAYERS_055, **GEMMA_055, **RECURRENT_055, **EXPERTS_055), recurrent=True
+    ),
+    # Classes the engine has, replaced for the configurations it computes differently.
+    "MistralForCausalLM": Backport(
+        "MistralForCausalLM",
+        "model_windows",
+        dict(LAYERS_055, **WINDOWS_055, **ENGINE_CLASSES_055),
+        windows=True,
+        replaces=WINDOW_BY_BLOCKS,
+    ),
+    "Starcoder2ForCausalLM": Backport(
+        "Starcoder2ForCausalLM",
+        "model_windows",
+        dict(LAYERS_055, **WINDOWS_055, **ENGINE_CLASSES_055),
+        windows=True,
+        replaces=WINDOW_BY_BLOCKS,
+    ),
+    "Phi3ForCausalLM": Backport(
+        "Phi3ForCausalLM",
+        "phi3",
+        dict(LAYERS_055, **WINDOWS_055, **ENGINE_CLASSES_055),
+        windows=True,
+        replaces=dict(
+            WINDOW_BY_BLOCKS,
+            partial_rotary="rotates every dimension of each head (and refuses LongRoPE's factors for a fraction of it); "
+            "the backport rotates the fraction",
+        ),
+    ),
+    "Gemma2ForCausalLM": Backport(
+        "Gemma2ForCausalLM",
+        "gemma2",
+        dict(LAYERS_055, **GEMMA_055, **WINDOWS_055, **SOFT_CAP_055),
+        windows=True,
+        replaces={
+            "always": "reads `hidden_act`, which the Gemma2Config of the engine's own transformers (4.55) no longer has, "
+            "and would serve every layer without its window, capping the context to the window; the backport keeps each layer's"
+        },
     ),
 }
 

@@ -39,17 +39,20 @@ class Gemma3DecoderLayer(nn.Module):
         self, config, window: Optional[int], cache_config: Optional[CacheConfig], quant_config: Optional[QuantizationConfig]
     ) -> None:
         super().__init__()
-        if window is None:
-            rope = (config.rope_theta, getattr(config, "rope_scaling", None))
-        else:
-            rope = (config.rope_local_base_freq, None)  # local layers: their own base, never scaled
-        self.self_attn = Gemma3Attention(
-            config, layer_cache_config(cache_config, window), quant_config, scaling=config.query_pre_attn_scalar**-0.5, rope=rope
-        )
+        self.self_attn = self.make_attention(config, window, layer_cache_config(cache_config, window), quant_config)
         self.mlp = Qwen3MLP(config.hidden_size, config.intermediate_size, config.hidden_activation, quant_config)
         norm = lambda: GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)  # noqa: E731
         self.input_layernorm, self.post_attention_layernorm = norm(), norm()
         self.pre_feedforward_layernorm, self.post_feedforward_layernorm = norm(), norm()
+
+    def make_attention(
+        self, config, window: Optional[int], cache_config: Optional[CacheConfig], quant_config: Optional[QuantizationConfig]
+    ) -> nn.Module:
+        if window is None:
+            rope = (config.rope_theta, getattr(config, "rope_scaling", None))
+        else:
+            rope = (config.rope_local_base_freq, None)  # local layers: their own base, never scaled
+        return Gemma3Attention(config, cache_config, quant_config, scaling=config.query_pre_attn_scalar**-0.5, rope=rope)
 
     def forward(
         self,

@@ -1,12 +1,14 @@
-"""Per-layer sliding windows on vLLM 0.5.5's CPU attention (common/vllm_plugin/compat_cpu_windows.py),
-held on the engine's own torch_sdpa implementation and paged cache (tests/cpu_windows_probe.py).
+"""Per-layer sliding windows and soft caps on vLLM 0.5.5's CPU attention
+(common/vllm_plugin/compat_cpu_windows.py), held on the engine's own torch_sdpa implementation and
+paged cache (tests/cpu_windows_probe.py).
 
-A windowed layer and a global layer over one batch of two sequences whose windows start inside a
-block, on block tables out of order: prefill and one decode step, each against attention with the
-author's mask. The engine alone fails both ways the backports would meet: its prefill hands the
-first layer's window mask to the global layer (which then raises), and its decode ignores the
-window. With the plugin's wrapper every step equals the reference. Gemma 3's conformance cells on
-0.5.5 prove the same through the launcher (conformance/results.json).
+A windowed layer and a global layer, each also soft-capped as Gemma 2's, over one batch of two
+sequences whose windows start inside a block, on block tables out of order: prefill and one
+decode step, each against attention with the author's mask and cap. The engine alone fails every
+way the backports would meet: its prefill hands the first layer's window mask to the global layer
+(which then raises), its decode ignores the window, and its constructor refuses a soft cap. With
+the plugin's wrappers every step equals the reference. Gemma 2's, Gemma 3's and the model-wide
+windows' conformance cells on 0.5.5 prove the same through the launcher (conformance/results.json).
 """
 
 import json
@@ -33,7 +35,8 @@ def probe(mode: str) -> dict:
 
 def test_each_layer_attends_over_its_own_window_in_prefill_and_decode():
     errors = probe("patched")
-    assert set(errors) == {"prefill_windowed", "prefill_global", "decode_windowed", "decode_global"}
+    layers = ("windowed", "global", "capped_windowed", "capped_global")
+    assert set(errors) == {f"{step}_{layer}" for step in ("prefill", "decode") for layer in layers}
     assert all(isinstance(e, float) and e < EXACT for e in errors.values()), errors
 
 
@@ -42,3 +45,4 @@ def test_the_engine_alone_serves_a_windowed_and_a_global_layer_wrong():
     assert errors["prefill_windowed"] < EXACT  # the first layer's window is the batch's mask...
     assert errors["prefill_global"] == "RuntimeError"  # ...which the global layer then gets
     assert errors["decode_windowed"] > 0.01  # decode reads the whole context
+    assert errors["prefill_capped_windowed"] == errors["prefill_capped_global"] == "ValueError"  # "does not support logits soft cap"
