@@ -2,9 +2,9 @@
 
 The rules and the engine-side checks show that the engine gets past the model's metadata; the
 engine can still refuse the model when it constructs its model class, on a configuration value
-its model code does not serve (vLLM's Llama MLP on a hidden_act other than silu, Gemma 2's on an
-activation other than tanh-GELU, the image's Gemma 4 backport on `enable_moe_block`, a sharded
-layer's divisibility assert at the platform's tensor-parallel size). After a plan is finished
+its model code does not serve (vLLM's Llama MLP on a hidden_act other than silu, the image's
+Gemma 2 backport on an activation other than tanh-GELU, a sharded layer's divisibility assert at
+the platform's tensor-parallel size). After a plan is finished
 (its repairs verified, its arguments joined), doctor asks the card's engine Python to build the
 model class as the image's engine would: for the path vLLM is given (the model, or the model view
 doctor made), with `vllm serve`'s arguments (the repairs' and the platform's), in a process with

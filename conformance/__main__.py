@@ -48,7 +48,9 @@ def main(argv=None) -> int:
                 log.seek(0)
                 print(log.read()[-4000:], f"conformance: saving the models failed: {exc}", sep="\n", file=sys.stderr)
                 return 1
-        print(f"conformance: the models of {len(cases)} cases saved by {', '.join(savers)} are in {MODELS_CACHE / 'models'}", file=sys.stderr)
+        print(
+            f"conformance: the models of {len(cases)} cases saved by {', '.join(savers)} are in {MODELS_CACHE / 'models'}", file=sys.stderr
+        )
         return 0
     if opts.command == "judge":
         from .report import load, scope_note, write_readme

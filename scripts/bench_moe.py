@@ -15,6 +15,9 @@ backport_moe_fraction_of_dense_gemm       the same for the CPU path R11 gives an
                                           Qwen3-MoE backport's experts run on a CPU build; goal >= 0.9)
 backport_moe_vs_every_expert              that path / every expert over every token with a dense routing
                                           matrix (what the backport ran before it was built on FusedMoE)
+gemma4_moe_fraction_of_dense_gemm         the same for the Gemma 4 backport's tanh-GELU experts
+                                          (gated_experts.py: the grouped path under Gemma 4's activation,
+                                          which the engine's FusedMoE lacks), routed as Gemma 4's router
 """
 
 import statistics
@@ -28,7 +31,7 @@ from transformers import MixtralConfig
 from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common" / "shims"))
-from ixformer.contrib.vllm.layers import moe_forward, moe_forward_static  # noqa: E402
+from ixformer.contrib.vllm.layers import experts_grouped, moe_forward, moe_forward_static  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common" / "vllm_plugin"))
 from compat_cpu_moe import forward_cpu  # noqa: E402
@@ -63,6 +66,17 @@ def rounds(fns: list) -> list:
 
 def median_of(samples: list, figure) -> float:
     return statistics.median(figure(*row) for row in samples)
+
+
+def gemma4_fraction(x, logits, w13, w2, a, b) -> float:
+    """Dense matmul time / the Gemma 4 experts' time on the same tokens, experts and FLOPs."""
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    weights, experts = torch.topk(probs, TOP_K, dim=-1)
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    gelu = lambda t: torch.nn.functional.gelu(t, approximate="tanh")  # noqa: E731
+    with torch.no_grad():
+        samples = rounds([lambda: a @ b, lambda: experts_grouped(x, weights, experts, w13, w2, gelu)])
+    return median_of(samples, lambda dense, gemma4: dense / gemma4)
 
 
 def main() -> None:
@@ -103,6 +117,7 @@ def main() -> None:
     print(f"moe_shim_fraction_of_dense_gemm: {median_of(prefill, lambda ref, shim, static, dense, backport: dense / shim):.2f}")
     print(f"moe_shim_gflops: {flops / median_of(prefill, lambda ref, shim, static, dense, backport: shim) / 1e9:.1f}")
     print(f"backport_moe_fraction_of_dense_gemm: {median_of(prefill, lambda ref, shim, static, dense, backport: dense / backport):.2f}")
+    print(f"gemma4_moe_fraction_of_dense_gemm: {gemma4_fraction(x, logits, w13, w2, a, b):.2f}")
     print(f"backport_moe_vs_every_expert: {median_of(prefill, lambda ref, shim, static, dense, backport: static / backport):.2f}")
 
 

@@ -72,7 +72,8 @@ R10_ARCHITECTURES = (
     "Qwen3_5ForConditionalGeneration",
     "Qwen3_5MoeForCausalLM",
     "Qwen3_5MoeForConditionalGeneration",
-    # Classes the engine has, replaced where their sliding window is shorter than the context.
+    # Classes the engine has, replaced for the configurations it computes otherwise (BACKPORTS'
+    # `replaces`: a window shorter than the context, Phi-3's partial rotary, every Gemma 2).
     "Gemma2ForCausalLM",
     "MistralForCausalLM",
     "Phi3ForCausalLM",

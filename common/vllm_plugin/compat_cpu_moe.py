@@ -28,7 +28,9 @@ SHIM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 _SHIM: dict = {}
 
 
-def _experts() -> Any:
+def grouped_core() -> Any:
+    """The R7 shim's module, whose `experts_grouped` runs routed experts grouped by token (also
+    the Gemma 4 backport's tanh-GELU experts: one implementation of the grouped path)."""
     if "module" not in _SHIM:
         spec = importlib.util.spec_from_file_location("_compat_moe_experts", SHIM)
         module = importlib.util.module_from_spec(spec)
@@ -48,7 +50,7 @@ def forward_cpu(
     topk_group: Optional[int] = None,
     num_expert_group: Optional[int] = None,
 ) -> Any:
-    shim = _experts()
+    shim = grouped_core()
     if use_grouped_topk:
         from vllm.model_executor.layers.fused_moe.fused_moe import grouped_topk
 

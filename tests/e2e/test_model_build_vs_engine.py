@@ -11,11 +11,11 @@ author would have used, with one configuration value the engine's model code ref
                   "Gemma2 uses `gelu_pytorch_tanh` as the hidden activation" on vLLM 0.11 and 0.32;
                   on vLLM 0.5.5 R10 serves every Gemma 2 by the image's backport, whose MLP
                   refuses the activation itself ("unsupported activation 'gelu'");
-  gemma4-moe      a Gemma 4 with enable_moe_block (transformers 5): on vLLM 0.5.5 the image's
-                  own Gemma 4 backport refuses it ("the MoE block ... is not supported on this
-                  engine"), after R12/R10 gave the engine its config class and backport; vLLM 0.32
-                  has Gemma 4's MoE itself;
-and the controls: `llama` (the committed 457-generic fixture, unchanged) starts on every engine
+  gemma4-bidirectional  a Gemma 4 whose attention is bidirectional over all tokens (transformers
+                  5): on vLLM 0.5.5 the image's own Gemma 4 backport refuses it ("... is not supported on this engine (not a causal LM)"),
+                  after R12/R10 gave the engine its config class and backport;
+and the controls: `gemma4-moe`, a Gemma 4 with its MoE block (26B-A4B), which the image's Gemma 4
+backport builds on vLLM 0.5.5 (its tanh-GELU experts on the grouped path) and vLLM 0.32 has itself; `llama` (the committed 457-generic fixture, unchanged) starts on every engine
 with no MB finding, and `llama-gelu-config-only` holds config.json alone (no tokenizer, no
 weights): the model build needs nothing else.
 One doctor run per card judges them all (doctor_many: one engine process for the checks, one
@@ -75,6 +75,7 @@ BUILT = {
             "moe_intermediate_size=128",
         ),
     ),
+    "gemma4-bidirectional": ("v5", ("--model-type", "gemma4", "--set", 'use_bidirectional_attention="all"')),
 }
 LLAMA_REFUSAL = "ValueError: Unsupported activation: gelu. Only silu is supported for now. (vllm/model_executor/models/llama.py:"
 GEMMA2_REFUSAL = "ValueError: Gemma2 uses `gelu_pytorch_tanh` as the hidden activation function."
@@ -82,8 +83,8 @@ GEMMA2_BACKPORT_REFUSAL = (
     "the image's compat_backports (on vLLM 0.5.5) refuses this configuration: ValueError: backport: unsupported activation 'gelu'"
 )
 GEMMA4_REFUSAL = (
-    "the image's compat_backports (on vLLM 0.5.5) refuses this configuration: ValueError: Gemma 4 backport: the MoE block "
-    "(enable_moe_block) is not supported on this engine"
+    "the image's compat_backports (on vLLM 0.5.5) refuses this configuration: ValueError: Gemma 4 backport: bidirectional "
+    "attention over all tokens is not supported on this engine (not a causal LM)"
 )
 
 
@@ -138,7 +139,7 @@ def mb(row: dict) -> str:
 def test_bi100_refuses_what_vllm_055s_model_code_and_the_images_backport_refuse(zoo):
     report = doctor_all(zoo, "iluvatar-bi100", {"COMPAT_ENGINE_PYTHON": str(ENGINE_055.python)})
     by = report["by"]
-    assert "iluvatar-bi100: the engine's model classes of 5 models, one process" in report["stderr"], report["stderr"][-2000:]
+    assert "iluvatar-bi100: the engine's model classes of 6 models, one process" in report["stderr"], report["stderr"][-2000:]
     for name in ("llama-gelu", "llama-gelu-config-only"):
         row = by[name, "iluvatar-bi100"]
         assert row["verdict"] == "fails" and row["failing"] == ["MB"], row
@@ -148,9 +149,12 @@ def test_bi100_refuses_what_vllm_055s_model_code_and_the_images_backport_refuse(
     assert "R10" in row["repairs"] and row["verdict"] == "fails" and "MB" in row["failing"], row
     assert mb(row).startswith(GEMMA2_BACKPORT_REFUSAL), row
     # Gemma 4 reaches vLLM 0.5.5 through the image's config class and backport: it is their refusal.
-    row = by["gemma4-moe", "iluvatar-bi100"]
+    row = by["gemma4-bidirectional", "iluvatar-bi100"]
     assert {"R12", "R10"} <= set(row["repairs"]) and row["verdict"] == "fails" and row["failing"] == ["MB"], row
     assert mb(row).startswith(GEMMA4_REFUSAL) and "compat_backports/gemma4.py:" in mb(row), row
+    # Its MoE block is built by the backport (the grouped tanh-GELU experts), not refused.
+    row = by["gemma4-moe", "iluvatar-bi100"]
+    assert {"R12", "R10"} <= set(row["repairs"]) and row["verdict"] == "starts" and not mb(row), row
     clean = by["llama", "iluvatar-bi100"]
     assert clean["verdict"] == "starts" and not mb(clean), clean
 

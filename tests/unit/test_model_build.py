@@ -210,7 +210,7 @@ def test_an_engine_python_without_vllm_cannot_tell(tmp_path, models):
     [
         "ValueError: Unsupported activation: gelu. Only silu is supported for now.",
         "ValueError: Gemma2 uses `gelu_pytorch_tanh` as the hidden activation function. Please set `hidden_activation` to `gelu_pytorch_tanh`.",
-        "ValueError: Gemma 4 backport: the MoE block (enable_moe_block) is not supported on this engine: its fused experts are SiLU-gated only",
+        "ValueError: Gemma 4 backport: bidirectional attention over all tokens is not supported on this engine (not a causal LM)",
         "    assert self.total_num_kv_heads % tp_size == 0",
         "ValueError: Total number of attention heads (4) must be divisible by tensor parallel size (3).",
     ],

@@ -83,6 +83,29 @@ def test_without_renormalisation_matches_dense_computation():
     torch.testing.assert_close(moe_forward(x, logits, w13, w2, 2, renormalize=False), dense, **TOL[torch.float32])
 
 
+def test_the_grouped_core_gates_with_the_activation_it_is_given():
+    """Gemma 4's experts (compat_backports/gated_experts.py) run the core under tanh-GELU: each
+    token's experts as a per-token loop computes them, with weights that do not sum to one (its
+    router scales each picked expert), and not what SiLU gives."""
+    _, w13, w2 = reference_block(top_k=2)
+    x = torch.randn(32, 64)
+    experts = torch.stack([torch.randperm(8)[:2] for _ in range(32)])
+    weights = torch.rand(32, 2) * 2
+    gelu = lambda t: torch.nn.functional.gelu(t, approximate="tanh")  # noqa: E731
+    want = torch.stack(
+        [
+            sum(
+                w * (gelu(x[t] @ w13[e, :96].t()) * (x[t] @ w13[e, 96:].t())) @ w2[e].t()
+                for w, e in zip(weights[t], experts[t].tolist(), strict=True)
+            )
+            for t in range(32)
+        ]
+    )
+    got = layers.experts_grouped(x, weights, experts, w13, w2, gelu)
+    torch.testing.assert_close(got, want, **TOL[torch.float32])
+    assert not torch.allclose(layers.experts_grouped(x, weights, experts, w13, w2), want, atol=1e-3)
+
+
 class FusedExperts(torch.nn.Module):
     """vLLM's FusedMoE layout: w13_weight [E, 2I, H], w2_weight [E, H, I]."""
 

@@ -106,7 +106,8 @@ class Backport:
 
 
 # What a whole-width q/k norm under tensor parallelism sums its slices' squares with, each rank
-# scaling its own slice (OLMo 2).
+# scaling its own slice (OLMo 2), and what experts outside the engine's FusedMoE sum their ranks'
+# slices with (Gemma 4's, gated_experts.py).
 REDUCE_055: Dict[str, Tuple[str, ...]] = {
     "distributed/communication_op.py:tensor_model_parallel_all_reduce": ("input_",),
     "distributed/parallel_state.py:get_tensor_model_parallel_rank": (),
@@ -183,6 +184,12 @@ ENGINE_CLASSES_055: Dict[str, Tuple[str, ...]] = {
     "model_executor/models/starcoder2.py:Starcoder2ForCausalLM": ("config", "cache_config", "quant_config"),
 }
 
+# What the families with two architectures (the text model, the published multimodal one served
+# as text) and the model-wide window classes call.
+GEMMA4_API = dict(LAYERS_055, **GEMMA_055, **WINDOWS_055, **GEMMA4_055, **REDUCE_055)
+QWEN3_5_API = dict(LAYERS_055, **GEMMA_055, **RECURRENT_055)
+MODEL_WINDOW_API = dict(LAYERS_055, **WINDOWS_055, **ENGINE_CLASSES_055)
+
 # architecture -> its backport: one line per backported family.
 BACKPORTS: Dict[str, Backport] = {
     "Qwen3ForCausalLM": Backport("Qwen3ForCausalLM", "qwen3", LAYERS_055),
@@ -196,41 +203,21 @@ BACKPORTS: Dict[str, Backport] = {
     "Exaone4ForCausalLM": Backport("Exaone4ForCausalLM", "exaone4", dict(LAYERS_055, **WINDOWS_055), windows=True),
     "Ministral3ForCausalLM": Backport("Ministral3ForCausalLM", "ministral3", dict(LAYERS_055, **YARN_055)),
     "Mistral3ForConditionalGeneration": Backport("Mistral3ForConditionalGeneration", "ministral3", dict(LAYERS_055, **YARN_055)),
-    "Gemma4ForCausalLM": Backport(
-        "Gemma4ForCausalLM", "gemma4", dict(LAYERS_055, **GEMMA_055, **WINDOWS_055, **GEMMA4_055), windows=True, heads=True
-    ),
-    "Gemma4ForConditionalGeneration": Backport(
-        "Gemma4ForConditionalGeneration", "gemma4", dict(LAYERS_055, **GEMMA_055, **WINDOWS_055, **GEMMA4_055), windows=True, heads=True
-    ),
-    "Qwen3_5ForCausalLM": Backport("Qwen3_5ForCausalLM", "qwen3_5", dict(LAYERS_055, **GEMMA_055, **RECURRENT_055), recurrent=True),
-    "Qwen3_5ForConditionalGeneration": Backport(
-        "Qwen3_5ForConditionalGeneration", "qwen3_5", dict(LAYERS_055, **GEMMA_055, **RECURRENT_055), recurrent=True
-    ),
-    "Qwen3_5MoeForCausalLM": Backport(
-        "Qwen3_5MoeForCausalLM", "qwen3_5_moe", dict(LAYERS_055, **GEMMA_055, **RECURRENT_055, **EXPERTS_055), recurrent=True
-    ),
+    "Gemma4ForCausalLM": Backport("Gemma4ForCausalLM", "gemma4", GEMMA4_API, windows=True, heads=True),
+    "Gemma4ForConditionalGeneration": Backport("Gemma4ForConditionalGeneration", "gemma4", GEMMA4_API, windows=True, heads=True),
+    "Qwen3_5ForCausalLM": Backport("Qwen3_5ForCausalLM", "qwen3_5", QWEN3_5_API, recurrent=True),
+    "Qwen3_5ForConditionalGeneration": Backport("Qwen3_5ForConditionalGeneration", "qwen3_5", QWEN3_5_API, recurrent=True),
+    "Qwen3_5MoeForCausalLM": Backport("Qwen3_5MoeForCausalLM", "qwen3_5_moe", dict(QWEN3_5_API, **EXPERTS_055), recurrent=True),
     "Qwen3_5MoeForConditionalGeneration": Backport(
-        "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", dict(LAYERS_055, **GEMMA_055, **RECURRENT_055, **EXPERTS_055), recurrent=True
+        "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", dict(QWEN3_5_API, **EXPERTS_055), recurrent=True
     ),
     # Classes the engine has, replaced for the configurations it computes differently.
-    "MistralForCausalLM": Backport(
-        "MistralForCausalLM",
-        "model_windows",
-        dict(LAYERS_055, **WINDOWS_055, **ENGINE_CLASSES_055),
-        windows=True,
-        replaces=WINDOW_BY_BLOCKS,
-    ),
-    "Starcoder2ForCausalLM": Backport(
-        "Starcoder2ForCausalLM",
-        "model_windows",
-        dict(LAYERS_055, **WINDOWS_055, **ENGINE_CLASSES_055),
-        windows=True,
-        replaces=WINDOW_BY_BLOCKS,
-    ),
+    "MistralForCausalLM": Backport("MistralForCausalLM", "model_windows", MODEL_WINDOW_API, windows=True, replaces=WINDOW_BY_BLOCKS),
+    "Starcoder2ForCausalLM": Backport("Starcoder2ForCausalLM", "model_windows", MODEL_WINDOW_API, windows=True, replaces=WINDOW_BY_BLOCKS),
     "Phi3ForCausalLM": Backport(
         "Phi3ForCausalLM",
         "phi3",
-        dict(LAYERS_055, **WINDOWS_055, **ENGINE_CLASSES_055),
+        MODEL_WINDOW_API,
         windows=True,
         replaces=dict(
             WINDOW_BY_BLOCKS,

@@ -21,11 +21,16 @@ transformers 5's modeling_gemma4.py / configuration_gemma4.py:
 - the last `num_kv_shared_layers` layers project queries only and attend over the keys and
   values of the last earlier layer of their type (heads.kv_producers): here through that layer's
   KV cache, into which they write the very values it wrote; with `use_double_wide_mlp` their MLP
-  is twice as wide.
-Refused rather than served wrong (check_config): the MoE block (tanh-GELU experts, which the
-engine's fused MoE layer cannot compute: it is SiLU-gated only), bidirectional attention over all
-tokens, rope kinds other than default and proportional, a layer whose head or KV heads the
-engine's cache shape cannot hold.
+  is twice as wide;
+- with `enable_moe_block` (26B-A4B) each layer adds routed experts beside its dense MLP: a router
+  over the residual stream (an RMSNorm without weight, times its `scale` and hidden_size^-1/2, a
+  softmax in float32, the top `top_k_experts` renormalised, each times its expert's
+  `per_expert_scale`), tanh-GELU-gated experts of `moe_intermediate_size` over their own norm of
+  the stream, and the two branches each normed before their sum is. The engine's FusedMoE is
+  SiLU-gated only: the experts run on gated_experts.py's grouped path.
+Refused rather than served wrong (check_config): bidirectional attention over all tokens, rope
+kinds other than default and proportional, a layer whose head or KV heads the engine's cache shape
+cannot hold, an MoE block without its sizes.
 """
 
 from typing import Dict, List, Optional, Tuple
@@ -43,6 +48,7 @@ from vllm.model_executor.layers.rotary_embedding import RotaryEmbedding
 from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 from vllm.sequence import IntermediateTensors
 
+from .gated_experts import GatedExperts
 from .gemma3 import Gemma3ForCausalLM, Gemma3Model, ServedAsText
 from .heads import kv_producers, layer_heads
 from .qwen3 import Qwen3Attention, Qwen3MLP
@@ -51,6 +57,8 @@ from .windows import SLIDING, layer_cache_config, layer_windows
 ROPE_KINDS = ("default", "proportional")
 # The per-layer inputs' gate activation (transformers' name): the MLP's own.
 GATE_ACTIVATIONS = {"gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh")}
+# The MoE block's sizes (transformers' names), each a positive integer.
+MOE_SIZES = ("num_experts", "top_k_experts", "moe_intermediate_size")
 # Layer type -> the keys and values (padded) its latest layer computed and that layer's KV cache.
 Shared = Dict[str, Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
@@ -79,6 +87,24 @@ def value_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm without a weight, in float32 as transformers computes it."""
     y = x.float()
     return (y * torch.pow(y.pow(2).mean(-1, keepdim=True) + eps, -0.5)).to(x.dtype)
+
+
+class Gemma4Router(nn.Module):
+    """Each token's experts and their weights, as transformers' Gemma4TextRouter picks them."""
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        # Unquantized and whole on every rank, as the engine's MoE models keep their gates.
+        self.proj = ReplicatedLinear(config.hidden_size, config.num_experts, bias=False, quant_config=None)
+        self.scale = nn.Parameter(torch.ones(config.hidden_size), requires_grad=False)
+        self.per_expert_scale = nn.Parameter(torch.ones(config.num_experts), requires_grad=False)
+        self.top_k, self.eps, self.root = config.top_k_experts, config.rms_norm_eps, config.hidden_size**-0.5
+
+    def forward(self, hidden_states: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        logits, _ = self.proj(value_norm(hidden_states, self.eps) * self.scale * self.root)
+        weights, experts = torch.topk(F.softmax(logits, dim=-1, dtype=torch.float32), self.top_k, dim=-1)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights * self.per_expert_scale[experts], experts
 
 
 class Gemma4Attention(Qwen3Attention):
@@ -193,6 +219,14 @@ class Gemma4DecoderLayer(nn.Module):
             self.per_layer_projection = ReplicatedLinear(width, config.hidden_size, bias=False, quant_config=quant_config)
             self.post_per_layer_input_norm = norm()
             self.gate_act = GATE_ACTIVATIONS[config.hidden_activation]
+        self.moe = bool(getattr(config, "enable_moe_block", False))
+        if self.moe:
+            self.router = Gemma4Router(config)
+            self.experts = GatedExperts(
+                config.num_experts, config.hidden_size, config.moe_intermediate_size, GATE_ACTIVATIONS[config.hidden_activation]
+            )
+            self.pre_feedforward_layernorm_2 = norm()
+            self.post_feedforward_layernorm_1, self.post_feedforward_layernorm_2 = norm(), norm()
         self.layer_scalar = nn.Parameter(torch.ones(1), requires_grad=False)
 
     def forward(
@@ -209,6 +243,11 @@ class Gemma4DecoderLayer(nn.Module):
         attn = self.self_attn(positions, self.input_layernorm(hidden_states), kv_cache, attn_metadata, shared)
         hidden_states = hidden_states + self.post_attention_layernorm(attn)
         mlp = self.mlp(self.pre_feedforward_layernorm(hidden_states))
+        if self.moe:
+            # The router and the experts read the stream before the MLP, not the MLP's input norm.
+            weights, experts = self.router(hidden_states)
+            routed = self.experts(self.pre_feedforward_layernorm_2(hidden_states), weights, experts)
+            mlp = self.post_feedforward_layernorm_1(mlp) + self.post_feedforward_layernorm_2(routed)
         hidden_states = hidden_states + self.post_feedforward_layernorm(mlp)
         if per_layer_input is not None:
             gate, _ = self.per_layer_input_gate(hidden_states)
@@ -276,13 +315,14 @@ class Gemma4ForCausalLM(Gemma3ForCausalLM):
         layer_windows(config)  # refuses layer types and windows it cannot serve
         if getattr(config, "use_bidirectional_attention", None) == "all":
             # ("vision" makes only image tokens bidirectional: a text model has none.)
-            raise ValueError("Gemma 4 backport: bidirectional attention over all tokens is not a causal LM")
+            raise ValueError("Gemma 4 backport: bidirectional attention over all tokens is not supported on this engine (not a causal LM)")
         kv_producers(config)  # refuses shared layers without a layer to read from
         if getattr(config, "enable_moe_block", False):
-            # vLLM 0.5.5's FusedMoE computes SiLU-gated experts only; Gemma 4's are tanh-GELU ones.
-            raise ValueError(
-                "Gemma 4 backport: the MoE block (enable_moe_block) is not supported on this engine: its fused experts are SiLU-gated only"
-            )
+            sizes = {name: getattr(config, name, None) for name in MOE_SIZES}
+            if not all(isinstance(v, int) and v > 0 for v in sizes.values()) or sizes["top_k_experts"] > sizes["num_experts"]:
+                raise ValueError(f"Gemma 4 backport: an MoE block needs positive sizes, top-k at most the experts: {sizes}")
+            if config.hidden_activation not in GATE_ACTIVATIONS:
+                raise ValueError(f"Gemma 4 backport: experts with activation {config.hidden_activation!r}")
         # The engine sizes every layer's KV cache by head_dim and num_key_value_heads (R10 writes
         # the widest head and the most KV heads there): a layer must fit, its KV heads repeating.
         for size, kv in layer_heads(config):
@@ -297,6 +337,11 @@ class Gemma4ForCausalLM(Gemma3ForCausalLM):
                 raise ValueError(f"Gemma 4 backport: {kind} layers' rope {rope} is not supported on this engine")
         if config.hidden_size_per_layer_input and config.hidden_activation not in GATE_ACTIVATIONS:
             raise ValueError(f"Gemma 4 backport: per-layer inputs with activation {config.hidden_activation!r}")
+
+    @staticmethod
+    def target(name: str) -> Tuple[str, object]:
+        # The experts are stored stacked already (and "up_proj" is inside "gate_up_proj").
+        return (name, None) if ".experts." in name else Gemma3ForCausalLM.target(name)
 
     def make_empty_intermediate_tensors(self, batch_size: int, dtype: torch.dtype, device: torch.device) -> IntermediateTensors:
         # The layers pass the whole residual stream: no separate residual.

@@ -18,9 +18,9 @@ Imported inside the engine only, where R10 names the class (a window shorter tha
 from typing import Any, Optional
 
 from vllm.config import CacheConfig
+from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 from vllm.model_executor.models.llama import LlamaForCausalLM
 from vllm.model_executor.models.starcoder2 import Starcoder2ForCausalLM as EngineStarcoder2
-from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
 from .windows import layer_cache_config
 

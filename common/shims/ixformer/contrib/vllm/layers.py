@@ -43,9 +43,12 @@ def moe_forward_grouped(
     return experts_grouped(x, weights, experts, w13, w2).reshape(shape)
 
 
-def experts_grouped(x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-    """The SiLU-gated experts of routed tokens: x [T, H], each token's top-k `experts` [T, k] and
-    their `weights` [T, k] (any routing: softmax top-k, DeepSeek's grouped top-k)."""
+def experts_grouped(
+    x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, act=F.silu
+) -> torch.Tensor:
+    """The gated experts of routed tokens, act(gate) * up (SiLU unless `act` says otherwise: Gemma 4's
+    are tanh-GELU): x [T, H], each token's top-k `experts` [T, k] and their `weights` [T, k] (any
+    routing: softmax top-k, DeepSeek's grouped top-k, Gemma 4's per-expert scaled one)."""
     num_experts, top_k = w13.shape[0], experts.shape[-1]
     # Group the (token, slot) pairs by expert with one sort and one gather; each expert then runs
     # its matmuls on a contiguous slice of the sorted rows, and one index_add puts them back.
@@ -63,7 +66,7 @@ def experts_grouped(x: torch.Tensor, weights: torch.Tensor, experts: torch.Tenso
             continue
         end = start + count
         gate_up = rows[start:end] @ w13[expert].t()
-        done[start:end] = (F.silu(gate_up[:, :inter]) * gate_up[:, inter:]) @ w2[expert].t()
+        done[start:end] = (act(gate_up[:, :inter]) * gate_up[:, inter:]) @ w2[expert].t()
         start = end
     return torch.zeros_like(x).index_add_(0, token_of, done * scale)
 
