@@ -42,7 +42,7 @@ ROOT = manifest_mod.ROOT
 BUILD_DIR = os.path.join(ROOT, "build")
 CARD_LABEL = "io.enginex.card"  # set by the Dockerfile: which card an image was built for
 SELFTEST_TIMEOUT_S = 1200  # two preflights with verification; a hung self-test fails the gate
-# How the gate runs the image: as the platform does (README, "What an image needs from the
+# How the gate runs the image: as the platform does (docs/images-and-releases.md, "What an image needs from the
 # platform"), at its strictest. Any uid: one no image knows. A read-only root with a tmpfs /tmp
 # that allows no exec (Docker's default for --tmpfs): the preflight and the self-test need only a
 # writable /tmp; exec there is the engine's need (its compiled kernel caches), not the gate's.

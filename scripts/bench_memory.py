@@ -13,7 +13,7 @@ memory_start_without_check_<card>  the same with the memory check skipped (COMPA
 doctor_memory_models_per_s  models x cards judged per second by that one command (engine processes
                           and the header reads of ~2,000 shards included)
 
---markdown prints the table the README shows.
+--markdown prints the table docs/memory.md shows.
 """
 
 import argparse
@@ -55,7 +55,7 @@ def cell(row: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--markdown", action="store_true", help="print the README's table of what fits")
+    parser.add_argument("--markdown", action="store_true", help="print docs/memory.md's table of what fits")
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "shapes"

@@ -27,7 +27,7 @@ PLATFORM_USER = "54321:54321"
 SHM_SIZE = "1g"
 
 
-# The platform's /tmp, as the README's contract asks for it: writable and executable (the engine
+# The platform's /tmp, as docs/images-and-releases.md asks for it: writable and executable (the engine
 # loads the kernels it compiles into its caches there). The release gate runs the self-test on
 # Docker's default tmpfs instead, without exec (compat_build.release.PLATFORM_TMPFS).
 PLATFORM_TMPFS = {"/tmp": "rw,exec,size=2g"}

@@ -150,7 +150,7 @@ def failed_start(srv, failure: str, timeout: float = 240) -> str:
 
 @pytest.mark.parametrize("card", ["nv-a100@next"])
 def test_a_noexec_tmp_fails_the_engines_compiled_kernels_and_is_triaged_with_its_fix(images, containers, image_models, tmp_path, card):
-    """Why the platform's /tmp must allow exec (README, "What an image needs from the platform"):
+    """Why the platform's /tmp must allow exec (docs/images-and-releases.md, "What an image needs from the platform"):
     on Docker's default tmpfs, the newest CPU engine compiles the model with torch's inductor (no
     --enforce-eager) into its cache under HOME=/tmp and cannot load what it wrote. The start
     fails; the launcher said why before it, and triage names NOEXEC with the fix."""

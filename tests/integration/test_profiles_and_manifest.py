@@ -83,7 +83,7 @@ def test_matrix_errors_name_table_and_key(mutate, message):
 
 
 def test_a_card_is_one_folder_and_one_matrix_line(tmp_path):
-    """The README's worked example: copy a card folder, name it in the matrix, and it is a card."""
+    """docs/images-and-releases.md's worked example: copy a card folder, name it in the matrix, and it is a card."""
     cards = tmp_path / "cards"
     shutil.copytree(ROOT / "cards", cards)
     shutil.copytree(cards / "nv-a100", cards / "nv-h100")

@@ -332,14 +332,14 @@ def test_summary_of_each_outcome():
     assert Device.cpu(GIB).memory is None and Device.cpu(GIB).kv_space == GIB
 
 
-def test_the_readmes_table_of_what_fits_one_node_is_what_doctor_says(tmp_path):
-    """README: the smallest tensor-parallel size of each card's node per popular shape
+def test_the_docs_table_of_what_fits_one_node_is_what_doctor_says(tmp_path):
+    """docs/memory.md: the smallest tensor-parallel size of each card's node per popular shape
     (scripts/bench_memory.py --markdown prints it)."""
     from tests.fixtures.shapes import SHAPES
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "memory.md").read_text()
     header = "| model | hygon-k100 | iluvatar-bi100 | nv-a100 | nv-a100@next |"
-    lines = readme[readme.index(header) :].split("\n\n", 1)[0].splitlines()
+    lines = doc[doc.index(header) :].split("\n\n", 1)[0].splitlines()
     cards = header.strip("| ").split(" | ")[1:]
     rows = {line.strip("| ").split(" | ")[0]: line.strip("| ").split(" | ")[1:] for line in lines[2:] if line.startswith("| ")}
     assert sorted(rows) == sorted(SHAPES)
