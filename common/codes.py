@@ -10,16 +10,11 @@ case-insensitively everywhere (`COMPAT_SKIP=r3b` skips R3b).
 
 from __future__ import annotations
 
+from .code_kinds import BUILD_CHECK, BUILD_PATCH, CHECK, FINDING, TRIAGE_ONLY
+
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Dict, List, Optional, Tuple
-
-RUNTIME = "runtime repair"
-CHECK = "runtime check"
-BUILD_PATCH = "build patch"
-BUILD_CHECK = "build check"
-TRIAGE_ONLY = "triage only"
-FINDING = "preflight finding"
 
 
 class Code:
@@ -85,7 +80,8 @@ DOCTOR = (
         "a hidden_act other than silu; Gemma 2's on an activation other than tanh-GELU, or on a config without "
         "`hidden_act`, which transformers 4.5x no longer saves, before vLLM 0.32; DeepSeek-V2's attention without "
         "rope_scaling on vLLM 0.5.5; attention or KV heads the --tensor-parallel-size does not divide), and so do the "
-        "image's own backports on what they leave out (Gemma 4's `enable_moe_block` on vLLM 0.5.5). doctor finds it "
+        "image's own backports on what they leave out (Gemma 4's bidirectional attention over all tokens on vLLM "
+        "0.5.5). doctor finds it "
         "before the platform tries: the card's engine Python builds the model class as the image's engine would (the "
         "model view and arguments of the repairs, the image's plugin registered, the platform's tensor-parallel size) "
         "on the meta device, without weights or memory, and says the engine's own exception and the line that raised "
@@ -296,10 +292,6 @@ def lookup(code: str, codes: Optional[Tuple[Code, ...]] = None) -> Optional[Code
         if normalize(entry.code) == key:
             return entry
     return None
-
-
-def by_kind(codes: Tuple[Code, ...], *kinds: str) -> List[Code]:
-    return [c for c in codes if c.kind in kinds]
 
 
 def page(entry: Code) -> str:

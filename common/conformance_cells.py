@@ -199,7 +199,7 @@ def unsharded(card: str, config: Mapping[str, Any], tp: int) -> List[str]:
 def start_view(config: Mapping[str, Any], user: UserArgs) -> Tuple[Dict[str, Any], Dict[str, Any], List[str]]:
     """(the configuration the engine reads under the start's --hf-overrides, the start's
     arguments as judge() takes them, what of them cannot be placed)."""
-    from .memory_fit import int_arg
+    from .vllm_args import int_arg
 
     view, problems = dict(config), []
     if user.has("--hf-overrides"):
@@ -223,7 +223,7 @@ def start_view(config: Mapping[str, Any], user: UserArgs) -> Tuple[Dict[str, Any
 
 def tensor_parallel_size(user: UserArgs) -> int:
     """The size the platform's arguments start the model at (-tp or --tensor-parallel-size; 1)."""
-    from .memory_fit import int_arg
+    from .vllm_args import int_arg
 
     return int_arg(user, "--tensor-parallel-size") or 1
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from .kv_cache import Budget, layout, pp_stages
 from .memory_tables import FFN_KEYS, GIB, HEAD_KEYS, HIDDEN_KEYS, KV_CACHE_DTYPE_BYTES, MOE_FFN_KEYS, TOPK_KEYS, TP_CANDIDATES, VOCAB_KEYS
+from .vllm_args import int_arg, positive, switch_arg
 from .weight_bytes import model_dtype_bytes, read_weights
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
@@ -38,19 +39,9 @@ if TYPE_CHECKING:
 
 MEMORY_ENV = "COMPAT_DEVICE_MEMORY_GIB"
 NODE_ENV = "COMPAT_DEVICES_PER_NODE"
-# The flags this check reads, with the short forms vLLM also takes.
-SHORT_FLAGS = {"--tensor-parallel-size": "-tp", "--pipeline-parallel-size": "-pp"}
 DEFAULT_BLOCK = 16
 DEFAULT_SEQS = 256
 DEFAULT_BATCHED = 2048
-
-
-def _positive(text: Optional[str], kind: type = float) -> Optional[Any]:
-    try:
-        value = kind(text) if text is not None else None
-    except ValueError:
-        return None
-    return value if value is not None and value > 0 else None
 
 
 class Device:
@@ -67,8 +58,8 @@ class Device:
     def of_card(cls, facts: Mapping[str, Any], env: Mapping[str, str]) -> Device:
         """The card's device (card.toml [device], in the profile), COMPAT_DEVICE_MEMORY_GIB and
         COMPAT_DEVICES_PER_NODE overriding it for another node."""
-        memory = _positive(env.get(MEMORY_ENV)) or float(facts["memory_gib"])
-        per_node = _positive(env.get(NODE_ENV), int) or int(facts["per_node"])
+        memory = positive(env.get(MEMORY_ENV)) or float(facts["memory_gib"])
+        per_node = positive(env.get(NODE_ENV), int) or int(facts["per_node"])
         return cls(
             int(memory * GIB),
             per_node,
@@ -91,7 +82,7 @@ class Request:
         self.tp = int_arg(user, "--tensor-parallel-size") or 1
         self.pp = int_arg(user, "--pipeline-parallel-size") or 1
         self.max_model_len = int_arg(user, "--max-model-len")
-        self.util = _positive(user.value("--gpu-memory-utilization")) or float(facts.get("gpu_memory_utilization") or 0.9)
+        self.util = positive(user.value("--gpu-memory-utilization")) or float(facts.get("gpu_memory_utilization") or 0.9)
         self.dtype = user.value("--dtype")
         self.kv_dtype = (user.value("--kv-cache-dtype") or "auto").lower()
         self.quantization = user.value("--quantization")
@@ -104,35 +95,13 @@ class Request:
         self.kv_memory = _bytes(user.value("--kv-cache-memory-bytes")) if facts.get("kv_cache_memory_flag") else None
 
 
-def int_arg(user: UserArgs, flag: str) -> Optional[int]:
-    text = user.value(flag)
-    short = SHORT_FLAGS.get(flag)
-    if short is not None:
-        args = user.config_args + user.args
-        for i, arg in enumerate(args):
-            if arg == short and i + 1 < len(args):
-                text = args[i + 1]
-            elif arg.startswith(short + "="):
-                text = arg.split("=", 1)[1]
-    return _positive(text, int)
-
-
-def switch_arg(user: UserArgs, flag: str) -> Optional[bool]:
-    if user.has("--no-" + flag[2:]):
-        return False
-    if not user.has(flag):
-        return None
-    value = (user.value(flag) or "").lower()
-    return value not in ("false", "0", "no")
-
-
 def _bytes(text: Optional[str]) -> Optional[int]:
     """--kv-cache-memory-bytes: a number, with k/m/g (powers of 1000) or K/M/G (of 1024)."""
     if not text:
         return None
     units = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
     scale = units.get(text[-1], 1)
-    number = _positive(text[:-1] if text[-1] in units else text)
+    number = positive(text[:-1] if text[-1] in units else text)
     return int(number * scale) if number else None
 
 
@@ -215,7 +184,7 @@ def assess(
 ) -> Assessment:
     """Whether the model fits `device` (default: the card's) as the platform starts it;
     `config_edits`: what the repairs change in the config the engine reads (its head size)."""
-    from .rules.ctx_context_length import derived_length
+    from .context_length import derived_length
 
     out = Assessment()
     facts = profile.memory

@@ -10,10 +10,6 @@ TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, Tuple
 
-# "unverified": the profile cannot say whether this engine would fail here (doctor then answers
-# "unknown", never "starts").
-SEVERITIES = ("info", "warning", "unverified", "error")
-
 
 class Finding:
     """Something a person should know that no repair (or no verified repair) covers."""

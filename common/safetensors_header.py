@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 HEADER_CAP = 32 * 1024 * 1024
 INDEX = "model.safetensors.index.json"
-SINGLE = "model.safetensors"
 
 
 class Header:

@@ -175,11 +175,3 @@ def run_checks_of_many(requests: Sequence[Mapping[str, Any]], env: Mapping[str, 
             verdicts += [Verdict(None, f"not checked: {failure.reason} on an earlier model")] * len(todo)
             break
     return verdicts
-
-
-def run_check(script: str, args: List[str], env: Mapping[str, str]) -> Verdict:
-    """The last answer of one script in checks/ run with `args`: the form that predates
-    run_checks, kept for its callers (tokenizer_check.py OVERLAY MODEL)."""
-    run = _run([os.path.join(CHECKS_DIR, script)] + list(args), None, env)
-    answers = run.answers()
-    return _verdict(answers[-1]) if answers else run.missing()

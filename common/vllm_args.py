@@ -328,3 +328,41 @@ def join_args(repair_args: List[str], hf_overrides: Dict[str, Any], user: UserAr
             except (ValueError, TypeError, RecursionError) as exc:
                 problems.append(f"repair overrides could not be written as JSON ({type(exc).__name__})")
     return ours, user_args, "; ".join(problems) or None
+
+
+# Flags read one by one (doctor's memory check, R10, the conformance cells' sizes), with the short
+# forms vLLM also takes.
+SHORT_FLAGS = {"--tensor-parallel-size": "-tp", "--pipeline-parallel-size": "-pp"}
+
+
+def positive(text: Optional[str], kind: type = float) -> Optional[Any]:
+    """`text` as a positive number of `kind`; None when it is not one."""
+    try:
+        value = kind(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and value > 0 else None
+
+
+def int_arg(user: UserArgs, flag: str) -> Optional[int]:
+    """The flag's value as a positive integer (its short form too); None when not given or not one."""
+    text = user.value(flag)
+    short = SHORT_FLAGS.get(flag)
+    if short is not None:
+        args = user.config_args + user.args
+        for i, arg in enumerate(args):
+            if arg == short and i + 1 < len(args):
+                text = args[i + 1]
+            elif arg.startswith(short + "="):
+                text = arg.split("=", 1)[1]
+    return positive(text, int)
+
+
+def switch_arg(user: UserArgs, flag: str) -> Optional[bool]:
+    """A boolean flag: True or False as given (`--no-FLAG`, `--FLAG false`), None when not given."""
+    if user.has("--no-" + flag[2:]):
+        return False
+    if not user.has(flag):
+        return None
+    value = (user.value(flag) or "").lower()
+    return value not in ("false", "0", "no")

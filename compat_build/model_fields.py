@@ -107,27 +107,38 @@ def fields_read(source: str) -> Set[str]:
     return {f for f in found if f not in NOT_FIELDS and not f.startswith("__")}
 
 
-def _imported_siblings(source: str, package: str) -> List[str]:
-    """Modules of the same models package that `source` imports from (relative or absolute)."""
+def _imported_siblings(source: str, package: str, here: str = "") -> List[str]:
+    """Modules of the same models package that `source` imports from (relative or absolute), as
+    paths in the package ("qwen3", "layers/windows"); `here` is the importing module's folder in
+    it ("" at its top, "layers" for the backports' shared layers)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return []
     out = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.level == 1:
-                out.append(node.module.split(".")[0])
-            elif node.level == 0 and node.module.startswith(package + "."):
-                out.append(node.module[len(package) + 1 :].split(".")[0])
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level >= 1:
+            folder = here.split("/") if here else []
+            if node.level - 1 > len(folder):
+                continue  # above the package
+            parts = folder[: len(folder) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+        elif node.module and node.module.startswith(package + "."):
+            parts = node.module[len(package) + 1 :].split(".")
+        else:
+            continue
+        # The module itself, and each name it imports that may be a module of its own
+        # (`from .layers import gated_delta`); a name that is no file is skipped by the caller.
+        out.extend("/".join(p) for p in [parts] + [parts + [alias.name] for alias in node.names] if p)
     return out
 
 
 @functools.cache
-def _module(path: Path, package: str) -> Tuple[FrozenSet[str], Tuple[str, ...]]:
+def _module(path: Path, package: str, here: str = "") -> Tuple[FrozenSet[str], Tuple[str, ...]]:
     """(fields read, sibling modules imported) of one file, parsed once."""
     source = path.read_text(encoding="utf-8", errors="replace")
-    return frozenset(fields_read(source)), tuple(_imported_siblings(source, package))
+    return frozenset(fields_read(source)), tuple(_imported_siblings(source, package, here))
 
 
 def module_fields(directory: Path, module: str, package: str, seen: Optional[Set[str]] = None) -> Set[str]:
@@ -139,7 +150,7 @@ def module_fields(directory: Path, module: str, package: str, seen: Optional[Set
     path = directory / f"{module}.py"
     if not path.is_file():
         return set()
-    fields, siblings = _module(path, package)
+    fields, siblings = _module(path, package, module.rpartition("/")[0])
     found = set(fields)
     for sibling in siblings:
         if sibling not in GENERIC_SIBLINGS:

@@ -8,7 +8,7 @@ The start path of a cell is what the image runs for that model on that card:
   them). A rule that only finds ("runtime check": KV, C1, CTX, ...) is not on the path, nor what
   only it imports: the launcher execs the engine whatever the findings say, so a check cannot
   change what a cell ran;
-- the vLLM plugin the engine loads in every process, the shims of vendor modules, and the
+- the vLLM plugin the engine loads in every process (its engine patches too), the shims of vendor modules, and the
   backport of the cell's architecture where there is one, with what each imports;
 - the card's own files and its engine profile;
 - the engine venv's spec (envs/<name>/: versions, the harness patches of the CPU stand-in), the
@@ -20,7 +20,7 @@ doctor's verdict on each cell's model (the `doctor` of each cell) is of doctor's
 doctor reads: the baked cells, the field table, the profiles, and the engine venvs' specs), kept
 as `judged_with` in results.json.
 
-C1's scope (C1_ARCHITECTURES in common/rules/__init__.py) is left out: it is written from the
+C1's scope (C1_ARCHITECTURES in common/rules/scopes.py) is left out: it is written from the
 cells' results by `python -m conformance judge`, so it is their verdict, not their path.
 """
 
@@ -41,7 +41,7 @@ BACKPORTS = PLUGIN / "compat_backports"
 # which is on the engine's PYTHONPATH (compat_backports.x).
 IMPORT_ROOTS = (ROOT, PLUGIN)
 LAUNCH_ROOTS = (COMMON / "launch.py", ROOT / "conformance" / "engine_worker.py", ROOT / "tests" / "engine_env.py")
-EXCLUDED_ASSIGNMENTS = {COMMON / "rules" / "__init__.py": "C1_ARCHITECTURES"}
+EXCLUDED_ASSIGNMENTS = {COMMON / "rules" / "scopes.py": "C1_ARCHITECTURES"}
 
 
 def _module_file(base: Path, dotted: str) -> Optional[Path]:
@@ -119,6 +119,7 @@ def check_only_rules() -> FrozenSet[Path]:
     import importlib
     import inspect
 
+    from common.code_kinds import CHECK
     from common.rules.base import Rule
 
     out = set()
@@ -131,7 +132,7 @@ def check_only_rules() -> FrozenSet[Path]:
             for c in vars(module).values()
             if inspect.isclass(c) and issubclass(c, Rule) and c is not Rule and c.__module__ == module.__name__
         }
-        if kinds == {"runtime check"}:
+        if kinds == {CHECK}:
             out.add(path)
     return frozenset(out)
 
@@ -150,7 +151,11 @@ def path_files(card: str, architecture: str) -> List[Path]:
     roots = list(LAUNCH_ROOTS)
     roots += _files_under(COMMON / "rules", (".py",))
     roots += [p for p in PLUGIN.glob("*.py")]
-    roots += [BACKPORTS / "__init__.py", *_files_under(PLUGIN / "compat_configs", (".py",))]
+    roots += [
+        BACKPORTS / "__init__.py",
+        *_files_under(PLUGIN / "compat_configs", (".py",)),
+        *_files_under(PLUGIN / "compat_patches", (".py",)),
+    ]
     backport = _backport_module(architecture)
     if backport is not None:
         roots.append(backport)

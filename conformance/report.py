@@ -93,6 +93,7 @@ def write_readme(results: Dict[str, Any]) -> None:
 
 
 CELLS = Path(__file__).resolve().parents[1] / "common" / "conformance_cells.json"
+SCOPES = Path(__file__).resolve().parents[1] / "common" / "rules" / "scopes.py"
 # What doctor needs of a cell (common/conformance_cells.py).
 BAKED = ("architecture", "variant", "saved_by", "traits", "result", "code", "cause", "signal", "first_difference", "tp", "sharding")
 
@@ -167,7 +168,7 @@ def baked(results: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def c1_scope(results: Dict[str, Any]) -> Dict[str, List[str]]:
-    """What common/rules/__init__.py's C1_ARCHITECTURES must hold for these results."""
+    """What common/rules/scopes.py's C1_ARCHITECTURES must hold for these results."""
     from common.rules.c1_conformance import acts_on
 
     scope: Dict[str, set] = {}
@@ -179,19 +180,23 @@ def c1_scope(results: Dict[str, Any]) -> Dict[str, List[str]]:
     return {card: sorted(a) for card, a in sorted(scope.items())}
 
 
-def scope_note(results: Dict[str, Any]) -> str:
-    """ "" when the registry's C1 scope is these results', else what to write there."""
-    from common.rules import C1_ARCHITECTURES
+def write_scope(results: Dict[str, Any], path: Optional[Path] = None) -> bool:
+    """Writes C1_ARCHITECTURES in common/rules/scopes.py from these results (the rest of the file
+    byte for byte as it was); True when the scope changed. No hand pasting: the table is the
+    cells' verdict, and their fingerprints leave it out."""
+    import ast
 
+    path = path or SCOPES
+    text = path.read_text(encoding="utf-8")
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", None) == "C1_ARCHITECTURES")
     want = c1_scope(results)
-    if {k: sorted(v) for k, v in C1_ARCHITECTURES.items()} == want:
-        return ""
+    if {card: sorted(archs) for card, archs in ast.literal_eval(node.value).items()} == want:
+        return False
     body = "".join(f'    "{card}": (\n' + "".join(f'        "{a}",\n' for a in archs) + "    ),\n" for card, archs in want.items())
-    return (
-        "conformance: C1's scope changed; set C1_ARCHITECTURES in common/rules/__init__.py to\n{\n"
-        + body
-        + "}\nthen `python -m conformance judge`"
-    )
+    lines = text.splitlines(keepends=True)
+    lines[node.lineno - 1 : node.end_lineno] = ["C1_ARCHITECTURES: Dict[str, Tuple[str, ...]] = {\n" + body + "}\n"]
+    path.write_text("".join(lines), encoding="utf-8")
+    return True
 
 
 def write_baked(results: Dict[str, Any]) -> None:

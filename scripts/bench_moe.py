@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common" / "shims")
 from ixformer.contrib.vllm.layers import experts_grouped, moe_forward, moe_forward_static  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common" / "vllm_plugin"))
-from compat_cpu_moe import forward_cpu  # noqa: E402
+from compat_patches.cpu_moe import forward_cpu  # noqa: E402
 
 TOKENS, DECODE_TOKENS, HIDDEN, INTER, EXPERTS, TOP_K, RUNS = 4096, 32, 512, 1024, 8, 2, 7
 MIN_SAMPLE_S = 0.02

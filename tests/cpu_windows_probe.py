@@ -51,7 +51,7 @@ def main() -> None:
         sys.path.insert(0, plugin_dir)
         import logging
 
-        import compat_cpu_windows
+        from compat_patches import cpu_windows as compat_cpu_windows
 
         assert compat_cpu_windows.install(logging.getLogger("probe"))
     torch.manual_seed(0)

@@ -10,7 +10,7 @@ leave out). Here the engine does what its model loader does, short of weights an
 
   1. the image's plugin is registered as the image's engine process registers it (the repairs'
      environment: COMPAT_CONFIGS' config classes as sitecustomize.py does, then the plugin's entry
-     point, compat_weights.register, with COMPAT_BACKPORTS and the rest set);
+     point, compat_plugin.register, with COMPAT_BACKPORTS and the rest set);
   2. the engine's own argument parser and EngineArgs(...).create_engine_config() build its config
      objects from the platform's arguments (the repairs' ones in front), for the path the engine
      is given (the model, or the model view doctor made);
@@ -442,13 +442,13 @@ def _model_registry():
 
 def _plugin():
     """The image's plugin modules, as the engine imports them (the plugin directory on sys.path:
-    their top-level names): (compat_configs, compat_weights)."""
+    their top-level names): (compat_configs, compat_plugin)."""
     if PLUGIN_DIR not in sys.path:
         sys.path.insert(0, PLUGIN_DIR)
     import compat_configs
-    import compat_weights
+    import compat_plugin
 
-    return compat_configs, compat_weights
+    return compat_configs, compat_plugin
 
 
 @contextlib.contextmanager

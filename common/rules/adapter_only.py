@@ -8,12 +8,13 @@ model the adapter was trained on.
 
 from __future__ import annotations
 
+from ..code_kinds import CHECK
 from .base import Context, Outcome, Rule
 
 
 class AdapterOnly(Rule):
     code = "ADAPTER"
-    kind = "runtime check"
+    kind = CHECK
     title = "an adapter, not a model"
     doc = __doc__.split("\n\n", 1)[1].strip()
     fix = "submit the base model (merged with the adapter, or serve the adapter with --enable-lora on top of it)"

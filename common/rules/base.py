@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 
+from ..code_kinds import RUNTIME
 from ..modeldir import ModelDir
 from ..plan import Finding, Repair
 from ..profile import Profile
@@ -45,9 +46,9 @@ class Rule:
     """
 
     code: str = ""
-    # "runtime repair" (R*, H*: it may add arguments), or "runtime check" (it only finds what no
-    # repair fixes, so doctor can say "fails" before the platform tries).
-    kind: str = "runtime repair"
+    # RUNTIME (R*, H*: it may add arguments), or CHECK (it only finds what no repair fixes, so
+    # doctor can say "fails" before the platform tries): the kinds of the code registry.
+    kind: str = RUNTIME
     title: str = ""
     doc: str = ""
     fix: str = ""

@@ -20,6 +20,7 @@ the engine lacks, a context longer than the engine derives) is that rule's.
 
 from __future__ import annotations
 
+from ..code_kinds import CHECK
 from ..conformance_cells import failing_start
 from .base import Context, Outcome, Rule
 
@@ -40,7 +41,7 @@ def acts_on(cell: Dict[str, Any]) -> bool:
 
 class Conformance(Rule):
     code = "C1"
-    kind = "runtime check"
+    kind = CHECK
     title = "this engine computes this configuration differently"
     doc = __doc__.split("\n\n", 1)[1].strip()
     fix = (

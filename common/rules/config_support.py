@@ -14,13 +14,14 @@ engine's AutoConfig, which catches what a table cannot.
 
 from __future__ import annotations
 
+from ..code_kinds import CHECK
 from ..headsize import NESTED_TEXT_CONFIGS
 from .base import Context, Outcome, Rule
 
 
 class ConfigSupport(Rule):
     code = "CONFIG"
-    kind = "runtime check"
+    kind = CHECK
     title = "config model type unknown to the engine's transformers"
     doc = __doc__.split("\n\n", 1)[1].strip()
     fix = "serve the model on a card variant whose transformers knows its model_type (a newer engine)"

@@ -22,6 +22,7 @@ the engine decides for itself; reading every header is not worth the start-up ti
 
 from __future__ import annotations
 
+from ..code_kinds import CHECK
 from ..plan import Finding
 from .base import Context, Outcome, Rule
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 class KvMemory(Rule):
     code = "KV"
-    kind = "runtime check"
+    kind = CHECK
     title = "the model's weights or one request's KV cache do not fit the card's memory"
     doc = __doc__.split("\n\n", 1)[1].strip()
     fix = (

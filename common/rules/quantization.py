@@ -8,12 +8,13 @@ repair changes how weights are stored: the finding says which engine is needed.
 
 from __future__ import annotations
 
+from ..code_kinds import CHECK
 from .base import Context, Outcome, Rule
 
 
 class Quantization(Rule):
     code = "QUANT"
-    kind = "runtime check"
+    kind = CHECK
     title = "quantization method unknown to the engine"
     doc = __doc__.split("\n\n", 1)[1].strip()
     fix = "submit weights in a format this card's vLLM loads (unquantized, or a method it lists), or use a newer engine"

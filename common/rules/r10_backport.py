@@ -32,10 +32,11 @@ from __future__ import annotations
 
 from ..headsize import attention_config
 from ..vllm_plugin.compat_backports import BACKPORTS, ENV, fitting
-from ..vllm_plugin.compat_backports.heads import widest_head_edits
-from ..vllm_plugin.compat_weights import PLUGIN_NAME
+from ..vllm_plugin.compat_backports.layers.heads import widest_head_edits
+from ..vllm_args import int_arg, switch_arg
+from ..vllm_plugin.compat_plugin import PLUGIN_NAME
 from .base import Context, Outcome, Rule
-from .weights_plugin import blocker, plugin_repair
+from .plugin import blocker, plugin_repair
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -126,8 +127,6 @@ class Backport(Rule):
         config = ctx.model.json_object("config.json")
         why: List[str] = []
         if replacing:
-            from ..memory_fit import int_arg  # its tables load only for such a model
-
             why = replaced_for(BACKPORTS[arch], attention_config(config)[1], int_arg(ctx.user, "--max-model-len"))
             if not why:
                 return outcome  # the engine's own class serves this configuration
@@ -172,7 +171,7 @@ class Backport(Rule):
         repair = plugin_repair(self.code, self.title, detail, ENV, arch)
         key, text = attention_config(config)
         if backport.windows and (windowed(text) or "sliding_window" not in text):
-            # Each layer carries its own window (compat_backports/windows.py); the engine-wide one,
+            # Each layer carries its own window (compat_backports/layers/windows.py); the engine-wide one,
             # which would window the global layers and recycle their blocks, is switched off with
             # the engine's own switch (vLLM 0.5.5 reads `use_sliding_window` on the text config, as
             # for Qwen2). A config that names no window gets the switch too: its class's default
@@ -221,7 +220,6 @@ def state_refusals(ctx: Context, text: dict) -> str:
     ("" when nothing): pipeline stages, linear-attention heads that do not split over the
     tensor-parallel ranks (each rank keeps whole heads' states), or a prefix cache (a cached
     prefix has no state)."""
-    from ..memory_fit import int_arg, switch_arg  # its tables load only for such a model
 
     asked = []
     pp = int_arg(ctx.user, "--pipeline-parallel-size")

@@ -46,9 +46,9 @@ class CpuMoE(Rule):
             return outcome
         if vendor_layer_runs_experts(ctx.facts.get("architectures") or []):
             return outcome
-        from ..vllm_plugin.compat_cpu_moe import ENV
-        from ..vllm_plugin.compat_weights import PLUGIN_NAME
-        from .weights_plugin import blocker, plugin_repair
+        from ..vllm_plugin.compat_patches.cpu_moe import ENV
+        from ..vllm_plugin.compat_plugin import PLUGIN_NAME
+        from .plugin import blocker, plugin_repair
 
         detail = f"vLLM {profile.vllm_version} is a CPU build whose FusedMoE has no CPU path"
         blocked = blocker(ctx, weights=False)

@@ -55,7 +55,7 @@ class ConfigClasses(Rule):
         if not unknown:
             return Outcome()  # every model the engine reads returns here, having imported nothing
         from ..vllm_plugin.compat_configs import CLASSES, ENV
-        from .weights_plugin import plugin_repair
+        from .plugin import plugin_repair
 
         types = [t for t in unknown if t in CLASSES]
         if not types:

@@ -132,8 +132,8 @@ class FusedExperts(Rule):
                 self.finding("error", f"{detail}, but not in transformers 5's shape ({', '.join(wrong[:3])}; {experts} experts)")
             )
             return outcome
-        from ..vllm_plugin.compat_weights import PLUGIN_NAME
-        from .weights_plugin import blocker, plugin_repair
+        from ..vllm_plugin.compat_plugin import PLUGIN_NAME
+        from .plugin import blocker, plugin_repair
 
         blocked = blocker(ctx)
         if blocked is not None:

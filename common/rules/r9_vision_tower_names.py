@@ -80,8 +80,8 @@ class VisionTowerNames(Rule):
             # Half of each: renaming would load one half over the other. Not a save transformers makes.
             outcome.findings.append(self.finding("error", f"{detail}, and {len(published)} with it (e.g. {published[0]}): mixed layouts"))
             return outcome
-        from ..vllm_plugin.compat_weights import PLUGIN_NAME
-        from .weights_plugin import blocker, plugin_repair
+        from ..vllm_plugin.compat_plugin import PLUGIN_NAME
+        from .plugin import blocker, plugin_repair
 
         blocked = blocker(ctx)
         if blocked is not None:

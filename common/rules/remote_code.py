@@ -14,6 +14,7 @@ says so before the platform tries. With the flag given, the model is judged as u
 
 from __future__ import annotations
 
+from ..code_kinds import CHECK
 from ..tokenizer_files import tokenizer_config
 from .base import Context, Outcome, Rule
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 class RemoteCode(Rule):
     code = "REMOTE_CODE"
-    kind = "runtime check"
+    kind = CHECK
     title = "the model needs its own Python code"
     doc = __doc__.split("\n\n", 1)[1].strip()
     fix = "pass --trust-remote-code if the platform allows it; no repair can stand in for the model's code"

@@ -10,7 +10,7 @@ tensors transformers 5 writes with `save_original_format=True`: the inverse of i
 mapping (transformers/conversion_mapping.py: MergeModulelist(dim=0) stacks the experts,
 Concatenate(dim=1) puts gate before up; no transposition), so the engine's own loader does the rest.
 
-The plugin (compat_weights.py) applies it in the engine's weight iterator when COMPAT_FUSED_EXPERTS
+The plugin (compat_plugin.py) applies it in the engine's weight iterator when COMPAT_FUSED_EXPERTS
 names a layout; the preflight's R8 imports the tables. Standard library only: the engine's tensors
 are handled through their own methods, so importing this module never imports torch.
 """

@@ -10,7 +10,7 @@ the published names keeps them on save). vLLM's CLIPVisionModel and SiglipVision
 level (`self.vision_model`), so they look the flat names up and fail. `rename` puts the level back,
 for the tower's own children only, so nothing else in the checkpoint can be touched.
 
-The plugin (compat_weights.py) applies it in the engine's weight iterator when COMPAT_WEIGHT_NAMES
+The plugin (compat_plugin.py) applies it in the engine's weight iterator when COMPAT_WEIGHT_NAMES
 names a scheme; the preflight's R9 imports the tables. Standard library only, no import-time work.
 """
 

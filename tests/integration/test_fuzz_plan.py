@@ -42,7 +42,7 @@ FUZZ = settings(max_examples=EXAMPLES or 120, deadline=None, database=None, supp
 CARDS = ["nv-a100", "hygon-k100", "iluvatar-bi100"]
 # The variables a repair may set: the engine's own switches H1 uses, PYTHONPATH for the image's
 # plugin directory, and each plugin transform's switch (its module's ENV: R8, R9, R10, R11, R12).
-PLUGIN_MODULES = ("compat_weight_names", "compat_fused_experts", "compat_cpu_moe", "compat_backports", "compat_configs")
+PLUGIN_MODULES = ("compat_weight_names", "compat_fused_experts", "compat_patches.cpu_moe", "compat_backports", "compat_configs")
 REPAIR_ENV = {"VLLM_ATTENTION_BACKEND", "VLLM_USE_FLASH_ATTN_PA", "PYTHONPATH"} | {
     importlib.import_module(f"common.vllm_plugin.{name}").ENV for name in PLUGIN_MODULES
 }

@@ -1,11 +1,11 @@
-"""Per-layer head sizes (compat_backports/heads.py) and what R10 writes for them: Gemma 4's
+"""Per-layer head sizes (compat_backports/layers/heads.py) and what R10 writes for them: Gemma 4's
 full-attention layers have a wider head than its sliding ones, vLLM 0.5.5 sizes every layer's KV
 cache by one head_dim, so the config the engine reads says the widest, each layer's own beside it."""
 
 import pytest
 
 from common.profile import Profile
-from common.vllm_plugin.compat_backports.heads import kv_producers, layer_heads, widest_head_edits
+from common.vllm_plugin.compat_backports.layers.heads import kv_producers, layer_heads, widest_head_edits
 
 from .test_r10_rule import outcome_on, profile_data
 

@@ -1,4 +1,4 @@
-"""The Gated DeltaNet arithmetic of Qwen3.5's backport (compat_backports/gated_delta.py) against
+"""The Gated DeltaNet arithmetic of Qwen3.5's backport (compat_backports/layers/gated_delta.py) against
 transformers' own reference implementation of the same layer (Qwen3-Next's, in the transformers
 of this venv; Qwen3.5 shares it): the chunked prompt form, the one-token recurrent form, a prompt
 split across calls (recomputation and chunked prefill continue from a state), the causal
@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 reference = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
 
-from common.vllm_plugin.compat_backports import gated_delta  # noqa: E402
+from common.vllm_plugin.compat_backports.layers import gated_delta  # noqa: E402
 
 TOKENS, KEY_HEADS, VALUE_HEADS, KEY_DIM, VALUE_DIM = 150, 2, 4, 16, 8
 

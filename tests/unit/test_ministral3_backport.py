@@ -1,9 +1,9 @@
-"""The Ministral 3 backport's pure parts (compat_backports/yarn.py, text_of_vlm.py), held to the
+"""The Ministral 3 backport's pure parts (compat_backports/layers/: yarn.py, text_of_vlm.py), held to the
 transformers 5 that authors the models and to vLLM 0.5.5's own rotary embedding.
 
 - cos and sin: transformers 5's Ministral3RotaryEmbedding (author venv) against the table of
   the rotary vLLM 0.5.5's get_rope builds from the rope scaling the backport hands it (engine venv);
-- the query scale: transformers 5's get_llama_4_attn_scale against yarn.query_scale_at;
+- the query scale: transformers 5's get_llama_4_attn_scale against the formula ministral3.py applies;
 - the weight names: what transformers 5.24 and 4.55 write for Mistral3ForConditionalGeneration,
   renamed by text_of_vlm, against the text model's own parameter names.
 The conformance cell `ministral3` (conformance/results.json) holds the whole model to the
@@ -18,13 +18,12 @@ import subprocess
 import pytest
 
 from common.vllm_plugin.compat_backports import BACKPORTS
-from common.vllm_plugin.compat_backports.text_of_vlm import text_name
-from common.vllm_plugin.compat_backports.yarn import (
+from common.vllm_plugin.compat_backports.layers.text_of_vlm import text_name
+from common.vllm_plugin.compat_backports.layers.yarn import (
     attention_factor,
     engine_rope_scaling,
     get_mscale,
     query_scale,
-    query_scale_at,
 )
 
 from tests.helpers import ROOT
@@ -51,6 +50,11 @@ ROPES = {
     "plain-yarn": ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}, 128),
     "explicit-factor": (dict(MINISTRAL3_8B, attention_factor=0.9), 262144),
 }
+
+
+def query_scale_at(position: int, beta: float, original: int) -> float:
+    """The query scale ministral3.py applies at `position` (there on the engine's position tensor)."""
+    return 1.0 + beta * math.log(1 + math.floor(position / original))
 
 
 def test_attention_factor_follows_transformers_branches():
@@ -132,7 +136,7 @@ print(json.dumps(out))
 # vLLM 0.5.5: the cos/sin table of get_rope with the backport's rope scaling.
 ENGINE_ROPE = """
 import json, sys
-from compat_backports.yarn import engine_rope_scaling
+from compat_backports.layers.yarn import engine_rope_scaling
 from vllm.model_executor.layers.rotary_embedding import get_rope
 out = []
 for params, longest, head, n in json.loads(sys.argv[1]):

@@ -84,7 +84,7 @@ def test_without_renormalisation_matches_dense_computation():
 
 
 def test_the_grouped_core_gates_with_the_activation_it_is_given():
-    """Gemma 4's experts (compat_backports/gated_experts.py) run the core under tanh-GELU: each
+    """Gemma 4's experts (compat_backports/layers/gated_experts.py) run the core under tanh-GELU: each
     token's experts as a per-token loop computes them, with weights that do not sum to one (its
     router scales each picked expert), and not what SiLU gives."""
     _, w13, w2 = reference_block(top_k=2)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from common.profile import PROFILE_DIR, Profile
-from common.rules.weights_plugin import PLUGIN_DIR
+from common.rules.plugin import PLUGIN_DIR
 from common.triage import triage_file
 from common.vllm_plugin.compat_backports import BACKPORTS, ENV, LAYERS_055, fitting
 
@@ -209,7 +209,7 @@ def test_triage_names_r10_for_the_refusal_of_a_backported_class(tmp_path):
 def test_the_plugin_without_the_variable_imports_neither_torch_nor_vllm():
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['vllm'] = None; "
-        "import compat_weights as p; p.register(); print(sorted(m for m in sys.modules if m.startswith('compat_backports.')))"
+        "import compat_plugin as p; p.register(); print(sorted(m for m in sys.modules if m.startswith('compat_backports.')))"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=PLUGIN_DIR, capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
     assert proc.stdout.strip() == "[]", proc.stderr

@@ -4,7 +4,7 @@ plugin, for the model types built on that layer; the card's own engine never doe
 import pytest
 
 from common.profile import load_profile
-from common.vllm_plugin import compat_cpu_moe
+from common.vllm_plugin.compat_patches import cpu_moe as compat_cpu_moe
 
 from tests.helpers import ROOT, model_dir, preflight_json
 

@@ -9,10 +9,10 @@ import struct
 import pytest
 
 from common.modeldir import ModelDir
-from common.rules.weights_plugin import PLUGIN_DIR
+from common.rules.plugin import PLUGIN_DIR
 from common.safetensors_header import HEADER_CAP, read_header
 from common.vllm_plugin import compat_fused_experts as plugin
-from common.vllm_plugin import compat_weights
+from common.vllm_plugin import compat_plugin
 
 from tests.helpers import ROOT, model_dir, preflight_json, run_common
 
@@ -86,7 +86,7 @@ def test_single_file_fused_mixtral_gets_the_plugin(tmp_path, env_for_tests):
     assert plan["args"] == []  # the repair travels in the environment only
     # The directory really holds what vLLM's entry-point discovery reads.
     [entry] = (ROOT / "common" / "vllm_plugin").glob("*.dist-info/entry_points.txt")
-    assert "[vllm.general_plugins]\ncompat_weights = compat_weights:register" in entry.read_text()
+    assert "[vllm.general_plugins]\ncompat_weights = compat_plugin:register" in entry.read_text()
 
 
 def test_sharded_checkpoint_names_from_the_index_and_one_header(tmp_path, env_for_tests):
@@ -279,7 +279,7 @@ def test_plugin_module_imports_without_torch():
     import subprocess
     import sys
 
-    code = "import sys; sys.modules['torch'] = None; import compat_weights as p; p.register(); print('ok')"
+    code = "import sys; sys.modules['torch'] = None; import compat_plugin as p; p.register(); print('ok')"
     proc = subprocess.run([sys.executable, "-c", code], cwd=PLUGIN_DIR, capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
     assert proc.stdout.strip() == "ok", proc.stderr
 
@@ -296,7 +296,7 @@ def test_split_inverts_transformers5_mixtral_layout():
         ("model.layers.0.mlp.experts.gate_up_proj", gate_up),
         ("model.layers.0.mlp.experts.down_proj", w2),
     ]
-    out = dict(compat_weights.transform_weights(iter(weights), {"fused_experts": "mixtral"}))
+    out = dict(compat_plugin.transform_weights(iter(weights), {"fused_experts": "mixtral"}))
     assert list(out)[:3] == [
         "model.layers.0.block_sparse_moe.gate.weight",
         "model.layers.0.block_sparse_moe.experts.0.w1.weight",
@@ -313,7 +313,7 @@ def test_split_refuses_a_tensor_of_another_shape():
     torch = pytest.importorskip("torch")
     with pytest.raises(ValueError, match="not the \\[experts, 2\\*intermediate, hidden\\]"):
         list(
-            compat_weights.transform_weights(
+            compat_plugin.transform_weights(
                 iter([("layers.0.mlp.experts.gate_up_proj", torch.zeros(4, 8))]), {"fused_experts": "qwen2_moe"}
             )
         )
@@ -321,12 +321,12 @@ def test_split_refuses_a_tensor_of_another_shape():
 
 def test_register_does_nothing_unless_asked(monkeypatch):
     calls = []
-    monkeypatch.setattr(compat_weights, "_find_loader", lambda: calls.append(1))
+    monkeypatch.setattr(compat_plugin, "_find_loader", lambda: calls.append(1))
     monkeypatch.delenv(plugin.ENV, raising=False)
     monkeypatch.delenv("COMPAT_WEIGHT_NAMES", raising=False)
-    compat_weights.register()
+    compat_plugin.register()
     monkeypatch.setenv(plugin.ENV, "no-such-layout")
-    compat_weights.register()
+    compat_plugin.register()
     assert calls == []
 
 
@@ -337,11 +337,11 @@ def test_register_wraps_once_and_survives_a_missing_loader(monkeypatch):
 
     monkeypatch.setenv(plugin.ENV, "mixtral")
     monkeypatch.delenv("COMPAT_WEIGHT_NAMES", raising=False)
-    monkeypatch.setattr(compat_weights, "_find_loader", lambda: Loader)
-    compat_weights.register()
-    compat_weights.register()  # vLLM loads plugins again in each process; in one process it is a no-op
+    monkeypatch.setattr(compat_plugin, "_find_loader", lambda: Loader)
+    compat_plugin.register()
+    compat_plugin.register()  # vLLM loads plugins again in each process; in one process it is a no-op
     assert Loader._get_weights_iterator.compat_weights == {"fused_experts": "mixtral"}
     assert Loader._get_weights_iterator.__wrapped__.__name__ == "_get_weights_iterator"
     assert not hasattr(Loader._get_weights_iterator.__wrapped__, "compat_weights")
-    monkeypatch.setattr(compat_weights, "_find_loader", lambda: None)
-    compat_weights.register()  # logs, never raises
+    monkeypatch.setattr(compat_plugin, "_find_loader", lambda: None)
+    compat_plugin.register()  # logs, never raises

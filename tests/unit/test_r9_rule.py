@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from common.rules.weights_plugin import PLUGIN_DIR
+from common.rules.plugin import PLUGIN_DIR
 from common.vllm_plugin import compat_weight_names as names
-from common.vllm_plugin import compat_weights
+from common.vllm_plugin import compat_plugin
 
 from tests.helpers import ROOT, model_dir, preflight_json, run_common
 from .test_r8_rule import LFS, safetensors
@@ -87,7 +87,7 @@ def test_flat_clip_tower_in_one_file_gets_the_plugin(tmp_path, env_for_tests):
     assert plan["env"]["PYTHONPATH"].split(os.pathsep)[0] == PLUGIN_DIR
     assert plan["args"] == []  # the repair travels in the environment only
     [entry] = (ROOT / "common" / "vllm_plugin").glob("*.dist-info/entry_points.txt")
-    assert "[vllm.general_plugins]\ncompat_weights = compat_weights:register" in entry.read_text()
+    assert "[vllm.general_plugins]\ncompat_weights = compat_plugin:register" in entry.read_text()
 
 
 def test_names_from_the_index_alone(tmp_path, env_for_tests):
@@ -231,7 +231,7 @@ def test_rename_puts_the_level_back_for_the_towers_children_only():
 def test_plugin_renames_on_a_fake_iterator():
     """No torch: the rename never touches the tensor, whatever object it is."""
     weights = [(name, object()) for name in tower(True)]
-    out = list(compat_weights.transform_weights(iter(weights), {"weight_names": "vision_model"}))
+    out = list(compat_plugin.transform_weights(iter(weights), {"weight_names": "vision_model"}))
     assert [t for _, t in out] == [t for _, t in weights]  # same objects, same order
     assert [n for n, _ in out] == list(tower(False))
 
@@ -243,7 +243,7 @@ def test_plugin_renames_and_splits_in_one_pass():
         ("language_model.model.layers.0.mlp.experts.down_proj", torch.arange(2 * 3 * 5.0).reshape(2, 3, 5)),
     ]
     wanted = {"weight_names": "vision_model", "fused_experts": "qwen2_moe"}
-    out = dict(compat_weights.transform_weights(iter(weights), wanted))
+    out = dict(compat_plugin.transform_weights(iter(weights), wanted))
     assert list(out) == [
         "vision_tower.vision_model.embeddings.class_embedding",
         "language_model.model.layers.0.mlp.experts.0.down_proj.weight",
@@ -257,15 +257,15 @@ def test_register_wraps_with_what_the_environment_asks(monkeypatch):
         def _get_weights_iterator(self, source):
             return iter([("vision_tower.embeddings.class_embedding", source)])
 
-    monkeypatch.setattr(compat_weights, "_find_loader", lambda: Loader)
+    monkeypatch.setattr(compat_plugin, "_find_loader", lambda: Loader)
     monkeypatch.delenv("COMPAT_FUSED_EXPERTS", raising=False)
     monkeypatch.setenv(names.ENV, "vision_model")
-    compat_weights.register()
+    compat_plugin.register()
     assert Loader._get_weights_iterator.compat_weights == {"weight_names": "vision_model"}
     assert list(Loader()._get_weights_iterator("t")) == [("vision_tower.vision_model.embeddings.class_embedding", "t")]
     # A second register with more asked rewraps the engine's own iterator, never the wrapper.
     monkeypatch.setenv("COMPAT_FUSED_EXPERTS", "mixtral")
-    compat_weights.register()
+    compat_plugin.register()
     assert Loader._get_weights_iterator.compat_weights == {"weight_names": "vision_model", "fused_experts": "mixtral"}
     assert not hasattr(Loader._get_weights_iterator.__wrapped__, "compat_weights")
 

@@ -38,7 +38,7 @@ NOT_ON_THE_CLEAN_PATH = (
     "common.rules.c1_conformance",
     "common.conformance_cells",
     "common.config_traits",
-    "common.rules.weights_plugin",
+    "common.rules.plugin",
     "common.safetensors_header",
     "common.patching",
     "common.model_view",
@@ -90,3 +90,28 @@ def test_a_model_in_scope_gets_the_rule(tmp_path, env_for_tests):
     model = model_dir(tmp_path / "m", {"config.json": config, "model.safetensors": len(header).to_bytes(8, "little") + header.encode()})
     plan = build_plan(str(model), "nv-a100", [], env_for_tests)
     assert "R8" in [r.code for r in plan.repairs]
+
+
+def test_c1s_scope_is_written_from_the_cells_and_nothing_else_of_the_file_moves(tmp_path, monkeypatch):
+    """`python -m conformance judge` and `run` write C1_ARCHITECTURES (conformance/report.py's
+    write_scope); the committed file is already the cells' scope, so writing it changes nothing."""
+    import ast
+    import json
+
+    from conformance import report
+
+    scopes = tmp_path / "scopes.py"
+    committed = (ROOT / "common" / "rules" / "scopes.py").read_text()
+    scopes.write_text(committed)
+    results = json.loads((ROOT / "conformance" / "results.json").read_text())
+    assert report.write_scope(results, scopes) is False and scopes.read_text() == committed
+
+    wanted = {"iluvatar-bi100": ["AnotherForCausalLM", "LlamaForCausalLM"], "nv-a100": ["MptForCausalLM"]}
+    monkeypatch.setattr(report, "c1_scope", lambda results: wanted)
+    assert report.write_scope(results, scopes) is True
+    written = scopes.read_text()
+    [node] = [n for n in ast.parse(written).body if isinstance(n, ast.AnnAssign) and n.target.id == "C1_ARCHITECTURES"]
+    assert {card: list(archs) for card, archs in ast.literal_eval(node.value).items()} == wanted
+    before, after = committed.split("C1_ARCHITECTURES:")[0], written.split("C1_ARCHITECTURES:")[0]
+    assert before == after and written.endswith(committed[committed.index("\n}\n", committed.index("C1_ARCHITECTURES:")) + 3 :])
+    assert report.write_scope(results, scopes) is False

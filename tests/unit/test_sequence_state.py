@@ -4,7 +4,7 @@ starts from nothing, kept across steps, copied for a forked sequence, freed when
 
 import pytest
 
-from common.vllm_plugin.compat_backports.sequence_state import SequenceSlots
+from common.vllm_plugin.compat_backports.layers.sequence_state import SequenceSlots
 
 
 def test_a_prompt_gets_a_cleared_slot_and_its_decodes_keep_it():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from common.verify import run_check, run_checks
+from common.verify import run_checks
 
 from tests.helpers import ROOT, model_dir, run_common
 
@@ -259,11 +259,3 @@ def test_bad_timeout_keeps_the_verified_repairs(value, models, env_for_tests):
     assert plan["args"][0] == "--tokenizer"
     assert f"COMPAT_VERIFY_TIMEOUT={value!r} is not a number of seconds" in proc.stderr
     assert "USE_TORCH" not in plan["env"]
-
-
-def test_run_check_still_answers_for_a_named_script(models, overlay, env_for_tests):
-    verdict = run_check("tokenizer_check.py", [str(overlay), str(models("v5-generic"))], env_for_tests)
-    assert verdict.ok is True, verdict.reason
-    assert verdict.result["class"] == "PreTrainedTokenizerFast" and verdict.result["torch_loaded"] is False
-    usage = run_check("tokenizer_check.py", [], env_for_tests)
-    assert usage.ok is False and usage.reason.startswith("usage:")

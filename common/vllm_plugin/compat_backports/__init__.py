@@ -1,7 +1,7 @@
 """Backports: model classes an engine generation lacks, written against that generation's layers.
 
 One module per family (qwen3.py, ...), imported only inside the engine by the compat plugin
-(compat_weights.py) when COMPAT_BACKPORTS names its architecture; this table is what the
+(compat_plugin.py) when COMPAT_BACKPORTS names its architecture; this table is what the
 preflight reads (standard library only: importing it never imports torch or vLLM).
 
 Which backport fits an engine is decided from the engine's layer API, never from its version:
@@ -80,7 +80,7 @@ class Backport:
     head sizes of their own (heads.py); the engine's one head size must be the widest, and R10
     writes it, with each layer's own, into the config the engine reads. `recurrent`: it keeps a
     state per sequence (qwen3_5.py): the CPU runner is taught to hand it its requests
-    (compat_cpu_requests.py), and R10 starts it without CUDA graphs. `replaces`: the engine has
+    (compat_patches/cpu_requests.py), and R10 starts it without CUDA graphs. `replaces`: the engine has
     the class and computes some configurations differently: trait -> what the engine does, in
     R10's words (the traits R10 reads: REPLACED_FOR); the backport replaces it for a model with
     one of them only."""
@@ -150,7 +150,7 @@ GEMMA4_055: Dict[str, Tuple[str, ...]] = {
 # A model that keeps a state per sequence (Jamba's protocol on this engine): the config's
 # `layers_block_type` makes the engine page KV for the attention layers only and its GPU runner
 # hand the model its requests; the loader passes the scheduler config to a class with
-# `has_inner_state`; the CPU runner's input preparation is where compat_cpu_requests.py adds them.
+# `has_inner_state`; the CPU runner's input preparation is where compat_patches/cpu_requests.py adds them.
 RECURRENT_055: Dict[str, Tuple[str, ...]] = {
     "config.py:ModelConfig.get_layers_block_type": ("parallel_config",),
     "model_executor/models/interfaces.py:has_inner_state": ("model",),

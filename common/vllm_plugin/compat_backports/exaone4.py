@@ -16,8 +16,8 @@ from vllm.config import CacheConfig
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
 from .olmo2 import Olmo2DecoderLayer
-from .qwen3 import Qwen3Attention, Qwen3ForCausalLM, Qwen3Model
-from .windows import layer_cache_config, layer_windows
+from .qwen3 import Qwen3Attention, Qwen3ForCausalLM, Qwen3Model, layer_index
+from .layers.windows import layer_cache_config, layer_windows
 
 
 class Exaone4Model(Qwen3Model):
@@ -27,7 +27,7 @@ class Exaone4Model(Qwen3Model):
         rope_everywhere = getattr(config, "sliding_window", None) is None
 
         def layer(prefix: str) -> Olmo2DecoderLayer:
-            window = windows[int(prefix.rsplit(".", 1)[1])]  # make_layers names each "model.layers.<index>"
+            window = windows[layer_index(prefix)]
             attention = Qwen3Attention(
                 config, layer_cache_config(cache_config, window), quant_config, rotate=rope_everywhere or window is not None
             )

@@ -9,7 +9,7 @@ per-head q/k norms, with one rope base for every layer and its attention scores 
 and global attention (`layer_types`). Served by Gemma 3's classes with those differences: each
 windowed layer hands its window to the engine's Attention (windows.py, the engine-wide window
 off: R10, which also lifts the engine's cap of the context), every layer its soft cap (the
-engine's Attention takes `logits_soft_cap`; compat_cpu_windows.py applies it on the CPU build),
+engine's Attention takes `logits_soft_cap`; compat_patches/cpu_windows.py applies it on the CPU build),
 and the final logits keep their own cap.
 """
 
@@ -21,7 +21,7 @@ from vllm.config import CacheConfig
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
 from .gemma3 import Gemma3Attention, Gemma3DecoderLayer, Gemma3ForCausalLM, Gemma3Model
-from .windows import FULL, SLIDING, layer_windows
+from .layers.windows import FULL, SLIDING, layer_windows
 
 
 class Gemma2Attention(Gemma3Attention):

@@ -12,8 +12,7 @@ The 4B-27B checkpoints are `Gemma3ForConditionalGeneration` (text and vision): s
 their language model's weights under either published naming, the vision tensors skipped.
 """
 
-import logging
-from typing import Any, Iterable, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import nn
@@ -23,11 +22,9 @@ from vllm.model_executor.layers.layernorm import GemmaRMSNorm
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
-from .qwen3 import Qwen3Attention, Qwen3ForCausalLM, Qwen3MLP, Qwen3Model, fused_norm
-from .text_of_vlm import text_name
-from .windows import layer_cache_config, layer_windows
-
-logger = logging.getLogger("vllm.compat_backports.gemma3")
+from .qwen3 import Qwen3Attention, Qwen3ForCausalLM, Qwen3MLP, Qwen3Model, fused_norm, layer_index
+from .layers.text_of_vlm import ServedAsText
+from .layers.windows import layer_cache_config, layer_windows
 
 
 class Gemma3Attention(Qwen3Attention):
@@ -79,7 +76,7 @@ class Gemma3Model(Qwen3Model):
         windows = layer_windows(config)
 
         def layer(prefix: str) -> nn.Module:
-            index = int(prefix.rsplit(".", 1)[1])
+            index = layer_index(prefix)
             return self.make_layer(config, index, windows[index], cache_config, quant_config)
 
         super().__init__(config, cache_config, quant_config, layer_fn=layer)
@@ -110,32 +107,6 @@ class Gemma3ForCausalLM(Qwen3ForCausalLM):
 
     def make_logits_processor(self, config) -> LogitsProcessor:
         return LogitsProcessor(config.vocab_size, soft_cap=getattr(config, "final_logit_softcapping", None))
-
-
-class ServedAsText:
-    """A vision-language checkpoint's language model served as text (mixed in before a text
-    class): built from `config.text_config`, its weights under either published naming
-    (text_of_vlm.py), the vision and audio towers never built, their tensors skipped and counted
-    in the log (the engine takes no images for it: a text-only start)."""
-
-    def __init__(
-        self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None, **extra: Any
-    ) -> None:
-        super().__init__(config.text_config, cache_config, quant_config, **extra)  # extra: the scheduler config of a model with state
-
-    def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
-        skipped = []
-
-        def text(weights: Iterable[Tuple[str, torch.Tensor]]) -> Iterable[Tuple[str, torch.Tensor]]:
-            for name, tensor in weights:
-                renamed = text_name(name)
-                if renamed is None:
-                    skipped.append(name)
-                else:
-                    yield renamed, tensor
-
-        super().load_weights(text(weights))
-        logger.info("%s backport: served as text; %d vision and audio tensors not loaded", type(self).__name__, len(skipped))
 
 
 class Gemma3ForConditionalGeneration(ServedAsText, Gemma3ForCausalLM):

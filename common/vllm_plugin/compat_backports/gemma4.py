@@ -48,11 +48,12 @@ from vllm.model_executor.layers.rotary_embedding import RotaryEmbedding
 from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 from vllm.sequence import IntermediateTensors
 
-from .gated_experts import GatedExperts
-from .gemma3 import Gemma3ForCausalLM, Gemma3Model, ServedAsText
-from .heads import kv_producers, layer_heads
+from .layers.gated_experts import GatedExperts
+from .gemma3 import Gemma3ForCausalLM, Gemma3Model
+from .layers.text_of_vlm import ServedAsText
+from .layers.heads import kv_producers, layer_heads
 from .qwen3 import Qwen3Attention, Qwen3MLP
-from .windows import SLIDING, layer_cache_config, layer_windows
+from .layers.windows import SLIDING, layer_cache_config, layer_windows
 
 ROPE_KINDS = ("default", "proportional")
 # The per-layer inputs' gate activation (transformers' name): the MLP's own.

@@ -19,18 +19,15 @@ projector's skipped (text_of_vlm.py), counted in one log line.
 """
 
 import copy
-import logging
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from vllm.config import CacheConfig
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
 from .qwen3 import Qwen3Attention, Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3Model
-from .text_of_vlm import text_name
-from .yarn import engine_rope_scaling, query_scale
-
-log = logging.getLogger("vllm.compat_backports")
+from .layers.text_of_vlm import ServedAsText
+from .layers.yarn import engine_rope_scaling, query_scale
 
 
 def rope_parameters(config) -> Dict[str, Any]:
@@ -79,37 +76,18 @@ class Ministral3ForCausalLM(Qwen3ForCausalLM):
             raise ValueError(f"Ministral 3 backport: a sliding window ({window}) on every layer is not supported on this engine")
 
 
-class Mistral3ForConditionalGeneration(Ministral3ForCausalLM):
-    """The engine builds it with the wrapper's config; the model is its text_config's."""
+class Mistral3ForConditionalGeneration(ServedAsText, Ministral3ForCausalLM):
+    """Ministral 3 and Devstral Small 2 as published: the text model of the wrapper."""
 
-    def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
+    def text_config(self, config: Any) -> Any:
         text = copy.copy(config.text_config)
         # transformers 5 ties the output matrix to the embeddings by the wrapper's flag (True
         # unless stated), and unties a pair the checkpoint holds both of: built untied unless both
         # configs tie, the embeddings stand in for an output matrix the checkpoint lacks.
-        self_ties = bool(getattr(config, "tie_word_embeddings", True))
-        text.tie_word_embeddings = self_ties and bool(text.tie_word_embeddings)
-        super().__init__(text, cache_config, quant_config)
-        self.wrapper_ties = self_ties
+        self.wrapper_ties = bool(getattr(config, "tie_word_embeddings", True))
+        text.tie_word_embeddings = self.wrapper_ties and bool(text.tie_word_embeddings)
+        return text
 
-    def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
-        seen = {"skipped": 0, "lm_head": False, "embedding": None}
-
-        def text_weights() -> Iterable[Tuple[str, torch.Tensor]]:
-            for name, loaded in weights:
-                name = text_name(name)
-                if name is None:
-                    seen["skipped"] += 1
-                    continue
-                if name == "model.embed_tokens.weight":
-                    seen["embedding"] = loaded
-                seen["lm_head"] = seen["lm_head"] or name.startswith("lm_head.")
-                yield name, loaded
-
-        super().load_weights(text_weights())
+    def text_loaded(self, seen: Dict[str, Any]) -> None:
         if not self.config.tie_word_embeddings and self.wrapper_ties and not seen["lm_head"] and seen["embedding"] is not None:
             super().load_weights([("lm_head.weight", seen["embedding"])])
-        log.info(
-            "Mistral3ForConditionalGeneration backport: the text model is served; %d vision tower and projector tensors skipped",
-            seen["skipped"],
-        )

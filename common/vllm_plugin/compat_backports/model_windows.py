@@ -9,7 +9,7 @@ last `window`. The engine's classes are kept whole here; only the window moves, 
 to each layer: R10 switches the engine-wide window off (`use_sliding_window: false`, the
 engine's own switch) and these classes build every layer's Attention with the model's window
 (windows.py), as the per-layer windows of Gemma 3 and EXAONE 4 are built. The backend then
-masks the prefill and reads each decode's last `window` positions exactly (compat_cpu_windows.py
+masks the prefill and reads each decode's last `window` positions exactly (compat_patches/cpu_windows.py
 on the CPU build; the card's backend takes the window in its constructor).
 
 Imported inside the engine only, where R10 names the class (a window shorter than the context).
@@ -22,7 +22,7 @@ from vllm.model_executor.layers.quantization.base_config import QuantizationConf
 from vllm.model_executor.models.llama import LlamaForCausalLM
 from vllm.model_executor.models.starcoder2 import Starcoder2ForCausalLM as EngineStarcoder2
 
-from .windows import layer_cache_config
+from .layers.windows import layer_cache_config
 
 
 def model_window(config: Any) -> Optional[int]:

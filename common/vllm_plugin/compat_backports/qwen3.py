@@ -207,6 +207,11 @@ class Qwen3DecoderLayer(nn.Module):
         return x
 
 
+def layer_index(prefix: str) -> int:
+    """The index of the decoder layer make_layers builds under `prefix` ("model.layers.<index>")."""
+    return int(prefix.rsplit(".", 1)[1])
+
+
 class Qwen3Model(nn.Module):
     def __init__(
         self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None, layer_fn=None

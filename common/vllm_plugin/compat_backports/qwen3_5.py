@@ -10,7 +10,7 @@ zero-centred (x * (1 + w): the engine's GemmaRMSNorm); the MLP is SiLU-gated.
 The per-sequence state lives in a pool this model keeps (Jamba's way on this engine): the config
 class declares `layers_block_type`, so the engine pages a KV cache for the attention layers only
 and its model runner hands the model the batch's request and sequence ids and the finished ones
-(the GPU runner does so itself; on the CPU build the plugin's compat_cpu_requests.py teaches the
+(the GPU runner does so itself; on the CPU build the plugin's compat_patches/cpu_requests.py teaches the
 CPU runner the same); sequence_state.py keeps the slots. CUDA graphs would replay one batch's
 slots for every batch: R10 starts this model with --enforce-eager. A start from a cached prefix
 has no state to continue from and is refused (no --enable-prefix-caching).
@@ -42,14 +42,15 @@ from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmb
 from vllm.model_executor.models.utils import make_layers
 from vllm.model_executor.utils import set_weight_attrs
 
-from . import gated_delta
-from .gemma3 import ServedAsText
-from .qwen3 import Qwen3Attention, Qwen3ForCausalLM, Qwen3MLP, fused_norm
-from .sequence_state import SequenceSlots
+from .layers import gated_delta
+from .qwen3 import Qwen3Attention, Qwen3ForCausalLM, Qwen3MLP, fused_norm, layer_index
+from .layers.sequence_state import SequenceSlots
+from .layers.text_of_vlm import ServedAsText
+from .layers.windows import FULL
 
 logger = logging.getLogger("vllm.compat_backports.qwen3_5")
 
-LINEAR, FULL = "linear_attention", "full_attention"
+LINEAR = "linear_attention"
 # Slots the state pool starts with when the engine does not say how many sequences it runs.
 DEFAULT_SLOTS = 8
 
@@ -294,7 +295,7 @@ class Qwen3_5Model(nn.Module):
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, quant_config=quant_config)
         self.start_layer, self.end_layer, self.layers = make_layers(
             config.num_hidden_layers,
-            lambda prefix: self._layer(config, int(prefix.rsplit(".", 1)[1]), cache_config, quant_config),
+            lambda prefix: self._layer(config, layer_index(prefix), cache_config, quant_config),
             prefix="model.layers",
         )
         self.norm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -393,7 +394,7 @@ class Qwen3_5ForCausalLM(Qwen3ForCausalLM):
 class Qwen3_5ForConditionalGeneration(ServedAsText, Qwen3_5ForCausalLM):
     """Qwen3.5's published checkpoints served as text."""
 
-    def __init__(self, config, *args: Any, **kwargs: Any) -> None:
+    def text_config(self, config: Any) -> Any:
         # transformers ties the output embedding by the outer config's flag, not the text part's.
         config.text_config.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
-        super().__init__(config, *args, **kwargs)
+        return config.text_config

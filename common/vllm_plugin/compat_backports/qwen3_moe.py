@@ -26,7 +26,7 @@ from vllm.model_executor.layers.linear import ReplicatedLinear
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 from vllm.model_executor.models.utils import is_pp_missing_parameter
 
-from .qwen3 import Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3Model
+from .qwen3 import Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3Model, layer_index
 
 
 class Qwen3MoeSparseBlock(nn.Module):
@@ -66,7 +66,7 @@ def sparse(config, index: int) -> bool:
 class Qwen3MoeModel(Qwen3Model):
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
         def layer(prefix: str) -> Qwen3DecoderLayer:
-            index = int(prefix.rsplit(".", 1)[1])
+            index = layer_index(prefix)
             mlp = Qwen3MoeSparseBlock(config, quant_config) if sparse(config, index) else None
             return Qwen3DecoderLayer(config, cache_config, quant_config, mlp=mlp)
 

@@ -1,5 +1,5 @@
 """Per-layer sliding windows and soft caps on vLLM 0.5.5's CPU attention
-(common/vllm_plugin/compat_cpu_windows.py), held on the engine's own torch_sdpa implementation and
+(common/vllm_plugin/compat_patches/cpu_windows.py), held on the engine's own torch_sdpa implementation and
 paged cache (tests/cpu_windows_probe.py).
 
 A windowed layer and a global layer, each also soft-capped as Gemma 2's, over one batch of two
@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from common.rules.weights_plugin import PLUGIN_DIR
+from common.rules.plugin import PLUGIN_DIR
 from tests.engine import ENGINE_055, ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not ENGINE_055.available(), reason=ENGINE_055.missing_reason)]

@@ -79,8 +79,3 @@ def query_scale(params: Mapping[str, Any], max_position_embeddings: int) -> Opti
     if not beta:
         return None
     return float(beta), _factor_and_original(params, max_position_embeddings)[1]
-
-
-def query_scale_at(position: int, beta: float, original: int) -> float:
-    """The scale of the query at `position` (what the backport computes on the engine's tensors)."""
-    return 1.0 + beta * math.log(1 + math.floor(position / original))

@@ -2,7 +2,7 @@
 backend currently does not support MoE", on the first request of every Mixtral, Qwen2-MoE or
 DeepSeek-V2).
 
-When COMPAT_CPU_MOE=grouped, the plugin (compat_weights.py) gives the engine's
+When COMPAT_CPU_MOE=grouped, the plugin (compat_plugin.py) gives the engine's
 UnquantizedFusedMoEMethod a `forward_cpu`: the engine's own routing (softmax top-k, or
 DeepSeek's grouped top-k, which the engine writes in plain torch), then the experts grouped by
 token, each over its own tokens only: the R7 shim's core (shims/ixformer/contrib/vllm/layers.py),
@@ -24,7 +24,10 @@ ENV = "COMPAT_CPU_MOE"
 MODES = ("grouped",)
 # Where vLLM 0.5.x keeps the method whose CPU path is missing.
 METHOD = ("vllm.model_executor.layers.fused_moe.layer", "UnquantizedFusedMoEMethod")
-SHIM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shims", "ixformer", "contrib", "vllm", "layers.py")
+# common/shims/..., from common/vllm_plugin/compat_patches/cpu_moe.py.
+SHIM = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shims", "ixformer", "contrib", "vllm", "layers.py"
+)
 _SHIM: dict = {}
 
 

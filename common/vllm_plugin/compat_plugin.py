@@ -3,7 +3,7 @@ into the names the engine loads.
 
 COMPAT_BACKPORTS=<architecture,...> (R10): each named class of compat_backports/ is registered
 with the engine's ModelRegistry, unless the engine has its own.
-COMPAT_CPU_MOE=grouped (R11): the fused MoE layer of a CPU build gets a CPU path (compat_cpu_moe.py).
+COMPAT_CPU_MOE=grouped (R11): the fused MoE layer of a CPU build gets a CPU path (compat_patches/cpu_moe.py).
 (COMPAT_CONFIGS, R12, is not this module's: sitecustomize.py registers those config classes at
 interpreter start, before vLLM reads config.json.)
 One wrapper around the engine's weight iterator (DefaultModelLoader._get_weights_iterator)
@@ -26,18 +26,14 @@ from __future__ import annotations
 import importlib
 import os
 
-try:  # as common.vllm_plugin.compat_weights (the preflight's import)
+try:  # as common.vllm_plugin.compat_plugin (the preflight's import)
     from . import compat_backports as backports
-    from . import compat_cpu_moe as cpu_moe
-    from . import compat_cpu_requests as cpu_requests
-    from . import compat_cpu_windows as cpu_windows
+    from .compat_patches import cpu_moe, cpu_requests, cpu_windows
     from . import compat_fused_experts as fused_experts
     from . import compat_weight_names as weight_names
 except ImportError:  # as the top-level module vLLM's entry point names (the plugin dir on PYTHONPATH)
     import compat_backports as backports  # type: ignore[no-redef]
-    import compat_cpu_moe as cpu_moe  # type: ignore[no-redef]
-    import compat_cpu_requests as cpu_requests  # type: ignore[no-redef]
-    import compat_cpu_windows as cpu_windows  # type: ignore[no-redef]
+    from compat_patches import cpu_moe, cpu_requests, cpu_windows  # type: ignore[no-redef]
     import compat_fused_experts as fused_experts  # type: ignore[no-redef]
     import compat_weight_names as weight_names  # type: ignore[no-redef]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from ..plan import Repair
-from ..vllm_plugin.compat_weights import PLUGIN_NAME
+from ..vllm_plugin.compat_plugin import PLUGIN_NAME
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:

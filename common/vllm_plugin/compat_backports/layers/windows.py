@@ -8,7 +8,7 @@ decode's context to it. A model whose layers alternate local windows and global 
 `use_sliding_window: false` into the config the engine reads, the engine's own switch) and each
 windowed layer hands its own window to the engine's Attention: the only per-layer way 0.5.5's
 layer API has is the cache config that layer is built with. The backend then receives the window
-in its constructor, as any model's window reaches it (compat_cpu_windows.py makes the CPU build's
+in its constructor, as any model's window reaches it (compat_patches/cpu_windows.py makes the CPU build's
 backend honour it per layer, in prefill and decode).
 
 Imported inside the engine only, by the backports that have windowed layers.

@@ -23,11 +23,12 @@ Standard library only: the preflight (R10) and the backport (inside the engine) 
 
 from __future__ import annotations
 
+from .windows import FULL
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple
 
-FULL = "full_attention"
 # What transformers 5 takes per layer in a Gemma 4 config; any other override is refused.
 OVERRIDES = ("head_dim", "num_key_value_heads")
 # transformers 5's value of `global_head_dim` when a config without per_layer_config omits it.

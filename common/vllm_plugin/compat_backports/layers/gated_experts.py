@@ -17,9 +17,9 @@ from torch import nn
 from vllm.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size, tensor_model_parallel_all_reduce
 
 try:  # as common.vllm_plugin.compat_backports (doctor's model build)
-    from .. import compat_cpu_moe
+    from ...compat_patches import cpu_moe
 except ImportError:  # as top-level compat_backports (the plugin directory on the engine's path)
-    import compat_cpu_moe  # type: ignore[no-redef]
+    from compat_patches import cpu_moe  # type: ignore[no-redef]
 
 
 class GatedExperts(nn.Module):
@@ -59,6 +59,6 @@ class GatedExperts(nn.Module):
     def forward(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
         """x [tokens, hidden]; each token's top-k `experts` and their `weights` (float32, as the
         author's router leaves them)."""
-        core = compat_cpu_moe.grouped_core()
+        core = cpu_moe.grouped_core()
         out = core.experts_grouped(x, weights, experts, self.gate_up_proj, self.down_proj, self.act)
         return tensor_model_parallel_all_reduce(out) if self.ranks > 1 else out

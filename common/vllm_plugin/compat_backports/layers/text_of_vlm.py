@@ -1,0 +1,82 @@
+"""The language model of a vision-language checkpoint, served as text: which tensors are the
+text model's and under which name, which are the vision side's (skipped).
+
+transformers (4.55, 4.57 and 5.24 alike) saves Mistral3ForConditionalGeneration (and Gemma 3's) under the
+pre-4.52 names: `language_model.model.*`, `language_model.lm_head.*`, `vision_tower.*`,
+`multi_modal_projector.*` (its module tree is `model.language_model`, `model.vision_tower`,
+`model.multi_modal_projector`, `lm_head`, and its loader maps either form onto it). A checkpoint
+written from the module tree itself carries those names: both are read.
+
+`ServedAsText` is how every backported vision-language wrapper serves its text model (Gemma 3,
+Gemma 4, Mistral 3, Qwen3.5). Standard library only: the preflight's tests import this module
+without torch or vLLM.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Iterable, Iterator, Optional, Tuple
+
+logger = logging.getLogger("vllm.compat_backports")
+
+# (checkpoint prefix, the text model's prefix): the first that matches renames the tensor.
+TEXT_PREFIXES = (
+    ("language_model.model.", "model."),
+    ("language_model.lm_head.", "lm_head."),
+    ("model.language_model.", "model."),
+)
+# What a text-only start does not build (Gemma 4's audio tower and its embedders too; Qwen3.5's
+# vision tower is `model.visual`).
+VISION_PREFIXES = tuple(
+    prefix + part
+    for prefix in ("", "model.")
+    for part in ("vision_tower.", "multi_modal_projector.", "audio_tower.", "embed_vision.", "embed_audio.", "visual.")
+)
+
+
+def text_name(name: str) -> Optional[str]:
+    """The text model's name for checkpoint tensor `name`, None for a vision-side tensor; any
+    other name (`lm_head.weight`, a text-only save) is the text model's as it stands."""
+    if name.startswith(VISION_PREFIXES):
+        return None
+    for prefix, text in TEXT_PREFIXES:
+        if name.startswith(prefix):
+            return text + name[len(prefix) :]
+    return name
+
+
+class ServedAsText:
+    """A vision-language checkpoint's language model served as text (mixed in before a text
+    class): built from the wrapper's text config (`text_config`), its weights under either
+    published naming, the vision and audio towers never built, their tensors skipped and counted
+    in the log (the engine takes no images for it: a text-only start). A family whose wrapper
+    decides the tying of the output matrix says how in `text_config` and `text_loaded`."""
+
+    def __init__(self, config: Any, cache_config: Any = None, quant_config: Any = None, **extra: Any) -> None:
+        # extra: the scheduler config of a model with state
+        super().__init__(self.text_config(config), cache_config, quant_config, **extra)  # type: ignore[call-arg]
+
+    def text_config(self, config: Any) -> Any:
+        """The config the text model is built with."""
+        return config.text_config
+
+    def text_loaded(self, seen: Dict[str, Any]) -> None:
+        """After the text weights: `seen` holds the embedding tensor and whether an lm_head came."""
+
+    def load_weights(self, weights: Iterable[Tuple[str, Any]]) -> None:
+        seen: Dict[str, Any] = {"skipped": 0, "lm_head": False, "embedding": None}
+
+        def text(weights: Iterable[Tuple[str, Any]]) -> Iterator[Tuple[str, Any]]:
+            for name, tensor in weights:
+                renamed = text_name(name)
+                if renamed is None:
+                    seen["skipped"] += 1
+                    continue
+                if renamed == "model.embed_tokens.weight":
+                    seen["embedding"] = tensor
+                seen["lm_head"] = seen["lm_head"] or renamed.startswith("lm_head.")
+                yield renamed, tensor
+
+        super().load_weights(text(weights))  # type: ignore[misc]
+        self.text_loaded(seen)
+        logger.info("%s backport: served as text; %d vision and audio tensors not loaded", type(self).__name__, seen["skipped"])
