@@ -34,6 +34,7 @@ STEP_FILES = (
     ("common/__init__.py", "steps/common/__init__.py"),
     ("common/patching.py", "steps/common/patching.py"),
     ("common/codes.py", "steps/common/codes.py"),
+    ("common/code_kinds.py", "steps/common/code_kinds.py"),
     ("common/checks/layer_api.py", "steps/common/checks/layer_api.py"),
     ("compat_build/__init__.py", "steps/compat_build/__init__.py"),
     ("compat_build/snapshot_engine.py", "steps/compat_build/snapshot_engine.py"),
