@@ -29,6 +29,7 @@ from common.conformance_cells import fields_table
 from common.triage import scan, signatures, triage_file
 from common.vllm_args import UserArgs
 from tests.cores import pin_env, rank_binds
+from tests.engine import vllm_cache
 from tests.engine_env import COMMON_ENV
 
 from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, load_cases, tensor_parallel, tp_args, tp_sizes
@@ -73,6 +74,7 @@ def plan_cells(engine: Engine, cases: Sequence[Dict[str, Any]], work: Path) -> L
                     COMMON_ENV,
                     PATH=f"{ROOT / engine.venv / 'bin'}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
                     HOME=os.environ.get("HOME", "/tmp"),
+                    VLLM_CACHE_ROOT=vllm_cache(engine.venv),
                     MODEL_DIR=str(model_dir(case, saver) / "model"),
                     COMPAT_CARD=card,
                     COMPAT_WORK_DIR=str(work / "run" / slug),

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from common.engines import checkout_venv, make_target
+from common.profile import load_profile
 from tests.engine_env import COMMON_ENV
 from tests.engine_hosts import forkable, host_for
 from tests.ports import free_port
@@ -30,16 +32,28 @@ ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 240
 
 
+def vllm_cache(venv: str) -> str:
+    """Where the starts of one engine venv keep vLLM's own cache. vLLM >= 0.10 caches each model
+    class's inspection there, keyed by its source file's hash, and otherwise pays a subprocess
+    that imports vLLM again (about 10 s here) at every start; under one HOME the engine
+    generations overwrite each other's entries (same file names, other sources), so each venv
+    gets its own, beside it in the venv cache (a new venv spec, a new cache)."""
+    return str((ROOT / venv).resolve() / "vllm-cache")
+
+
 @dataclass(frozen=True)
 class Engine:
     """One engine venv: where its `vllm` lives and what it needs to run on this CPU."""
 
     version: str
     venv: str
-    make_target: str
     extra_env: Dict[str, str] = field(default_factory=dict)
     # `vllm serve` flags every start of this engine gets here (after --max-model-len, --port, --host).
     serve_args: Tuple[str, ...] = ()
+
+    @property
+    def make_target(self) -> str:
+        return make_target(self.venv)
 
     @property
     def bin(self) -> Path:
@@ -59,6 +73,7 @@ class Engine:
     def env(self, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         env = dict(os.environ)
         env.update(COMMON_ENV)
+        env["VLLM_CACHE_ROOT"] = vllm_cache(self.venv)
         env.update(self.extra_env)
         env["PATH"] = f"{self.bin}{os.pathsep}{env.get('PATH', '')}"
         for key in ("COMPAT_ENGINE_PYTHON", "PYTHONPATH", "VIRTUAL_ENV"):
@@ -104,15 +119,21 @@ def launch_report(work: Path) -> dict:
     return json.loads(path.read_text())
 
 
-ENGINE_0110 = Engine("0.11.0", ".venv-engine", "engine-env")
+def card_engine(card: str, serve_args: Tuple[str, ...] = ()) -> Engine:
+    """The engine venv a card's profile was snapshotted from (card.toml's snapshot_env), at the
+    card's vLLM version: one declaration of each venv, the card's."""
+    return Engine(load_profile(card).vllm_version, checkout_venv(card), serve_args=serve_args)
+
+
+ENGINE_0110 = card_engine("nv-a100")
 # vLLM 0.5.5 on the CPU needs nothing beyond COMMON_ENV: it finds the CPU platform from its own
 # distribution version (0.5.5+cpu), and VLLM_CPU_KVCACHE_SPACE unset would reserve 4 GiB.
-ENGINE_055 = Engine("0.5.5", ".venv-engine055", "engine055-env")
+ENGINE_055 = card_engine("iluvatar-bi100")
 # vLLM 0.32.0 (vllm-cpu, transformers 5.19) finds the CPU platform from its vllm 0.32.0+cpu
 # dist-info (envs/engine-next/install.sh). --enforce-eager: by default each start compiles the
 # model with torch.compile (inductor), 60-100 s more on two cores with no compile cache (CI has
 # none); eager, a start takes 30-45 s and the greedy ids are the same.
-ENGINE_NEXT = Engine("0.32.0", ".venv-engine-next", "engine-next-env", serve_args=("--enforce-eager",))
+ENGINE_NEXT = card_engine("nv-a100@next", serve_args=("--enforce-eager",))
 ENGINES = {engine.version: engine for engine in (ENGINE_0110, ENGINE_055, ENGINE_NEXT)}
 
 

@@ -11,8 +11,9 @@ working directory and log:
                                              becomes that CLI in the same child, with the
                                              environment, PYTHONPATH and sitecustomize the exec'd
                                              interpreter would have had
-A V1 engine's core process (0.11, 0.32) is forked from the child too, where the CPU platform would
-spawn it and import everything again; the cards' accelerator platforms fork it as well.
+A V1 engine's core process (0.11, 0.32) and its multiprocessing executor's workers (0.11's when
+sharded, 0.32's always) are forked from the child too, where the CPU platform would spawn them and
+import everything again; the cards' accelerator platforms fork them as well.
 Only these two differ from the image's; tests/engine.py's Server keeps the real exec (and so the
 spawned core) for the tests that prove it (`exec_=True`), and so does a start whose plan patched
 the engine's source on disk (H1): the modules this host imported are not the patched ones, so the child then
@@ -199,26 +200,28 @@ def _vllm(args: List[str]) -> NoReturn:
             continue
     else:
         raise RuntimeError("this vLLM has no CLI the engine host knows")
-    _engine_core_forked()
+    _spawned_processes_forked()
     sys.argv = ["vllm", *args]
     raise SystemExit(main())
 
 
-def _engine_core_forked() -> None:
-    """V1 engines start their engine core as a process of its own, spawned on the CPU platform
-    (which sets VLLM_WORKER_MULTIPROC_METHOD=spawn) and forked on an accelerator. A spawn imports
-    torch and vLLM again, what this host exists to pay once: here the core is forked, as the
-    cards' own engines fork it."""
+def _spawned_processes_forked() -> None:
+    """V1 engines start their engine core as a process of its own, and their multiprocessing
+    executor's workers as others (0.11's at tensor-parallel sizes above 1, 0.32's at every size),
+    all spawned on the CPU platform (which sets VLLM_WORKER_MULTIPROC_METHOD=spawn) and forked on
+    an accelerator. A spawn imports torch and vLLM again (6-10 s here, per rank), what this host
+    exists to pay once: here they are forked, as the cards' own engines fork them."""
     import multiprocessing
 
-    module = sys.modules.get("vllm.v1.engine.utils")
-    if module is None:
-        try:
-            module = importlib.import_module("vllm.v1.engine.utils")
-        except ImportError:  # vLLM 0.5.5: no engine core process
-            return
-    if hasattr(module, "get_mp_context"):
-        module.get_mp_context = lambda: multiprocessing.get_context("fork")
+    for name in ("vllm.v1.engine.utils", "vllm.v1.executor.multiproc_executor"):
+        module = sys.modules.get(name)
+        if module is None:
+            try:
+                module = importlib.import_module(name)
+            except ImportError:  # vLLM 0.5.5: neither process
+                continue
+        if hasattr(module, "get_mp_context"):
+            module.get_mp_context = lambda: multiprocessing.get_context("fork")
 
 
 def _sitecustomize(entries: List[str]) -> None:
