@@ -85,6 +85,11 @@ def checkout_venv(card: str) -> str:
     return venv if isinstance(venv, str) and venv and not os.path.isabs(venv) else ""
 
 
+def make_target(venv: str) -> str:
+    """The Makefile target that builds a checkout's venv: `.venv-engine055` -> `engine055-env`."""
+    return venv.lstrip(".").removeprefix("venv-") + "-env"
+
+
 def checkout_python(card: str, root: str = "") -> str:
     """The Python of the checkout's engine venv of `card`, or "" when it is not there."""
     venv = checkout_venv(card)

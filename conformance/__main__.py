@@ -85,12 +85,12 @@ def main(argv=None) -> int:
 
 
 def rescope(results) -> bool:
-    """C1's scope written from the cells (common/rules/scopes.py); True when it changed."""
+    """C1's scope written from the cells (common/rules/support/scopes.py); True when it changed."""
     from .report import write_scope
 
     changed = write_scope(results)
     if changed:
-        print("conformance: C1's scope changed with the cells: common/rules/scopes.py written", file=sys.stderr)
+        print("conformance: C1's scope changed with the cells: common/rules/support/scopes.py written", file=sys.stderr)
     return changed
 
 

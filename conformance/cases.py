@@ -22,6 +22,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from common.engines import checkout_venv, make_target
+from common.profile import load_profile
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CASES = HERE / "cases.toml"
@@ -33,15 +36,19 @@ class Saver:
 
     name: str
     venv: str
-    make_target: str
+
+    @property
+    def make_target(self) -> str:
+        return make_target(self.venv)
 
     @property
     def python(self) -> Path:
         return ROOT / self.venv / "bin" / "python"
 
 
-AUTHOR = Saver("v5", ".venv-author", "author-env")
-SAVERS = {s.name: s for s in (AUTHOR, Saver("455", ".venv-engine055", "engine055-env"), Saver("457", ".venv-engine", "engine-env"))}
+AUTHOR = Saver("v5", ".venv-author")
+# The 4.x savers are the engine venvs' own transformers (4.55 beside vLLM 0.5.5, 4.57 beside 0.11).
+SAVERS = {s.name: s for s in (AUTHOR, Saver("455", checkout_venv("iluvatar-bi100")), Saver("457", checkout_venv("nv-a100")))}
 
 
 @dataclass(frozen=True)
@@ -52,12 +59,15 @@ class Engine:
 
     vllm: str
     venv: str
-    make_target: str
     cards: Tuple[str, ...]
     savers: Tuple[str, ...]
     # Eager on the engines that compile by default: inductor costs 30-100 s a model on two cores
     # and computes the same greedy ids (tests/e2e/test_conformance.py holds one compiled cell to it).
     serve_args: Tuple[str, ...] = ()
+
+    @property
+    def make_target(self) -> str:
+        return make_target(self.venv)
 
     @property
     def python(self) -> Path:
@@ -67,12 +77,20 @@ class Engine:
         return self.python.exists() and (ROOT / self.venv / "bin" / "vllm").exists()
 
 
+def _engine(cards: Tuple[str, ...], savers: Tuple[str, ...], serve_args: Tuple[str, ...] = ()) -> Engine:
+    """The engine generation `cards` run: their profiles' vLLM, their card.toml's snapshot_env."""
+    versions = {load_profile(card).vllm_version for card in cards}
+    venvs = {checkout_venv(card) for card in cards}
+    assert len(versions) == len(venvs) == 1, (cards, versions, venvs)
+    return Engine(versions.pop(), venvs.pop(), cards, savers, serve_args)
+
+
 ENGINES: Dict[str, Engine] = {
     e.vllm: e
     for e in (
-        Engine("0.5.5", ".venv-engine055", "engine055-env", ("iluvatar-bi100",), ("v5", "455")),
-        Engine("0.11.0", ".venv-engine", "engine-env", ("nv-a100", "hygon-k100"), ("v5", "457"), ("--enforce-eager",)),
-        Engine("0.32.0", ".venv-engine-next", "engine-next-env", ("nv-a100@next",), ("v5", "457"), ("--enforce-eager",)),
+        _engine(("iluvatar-bi100",), ("v5", "455")),
+        _engine(("nv-a100", "hygon-k100"), ("v5", "457"), ("--enforce-eager",)),
+        _engine(("nv-a100@next",), ("v5", "457"), ("--enforce-eager",)),
     )
 }
 # The platform's arguments of every cell: float32 (the reference's precision; the checkpoints are

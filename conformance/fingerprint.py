@@ -20,7 +20,7 @@ doctor's verdict on each cell's model (the `doctor` of each cell) is of doctor's
 doctor reads: the baked cells, the field table, the profiles, and the engine venvs' specs), kept
 as `judged_with` in results.json.
 
-C1's scope (C1_ARCHITECTURES in common/rules/scopes.py) is left out: it is written from the
+C1's scope (C1_ARCHITECTURES in common/rules/support/scopes.py) is left out: it is written from the
 cells' results by `python -m conformance judge`, so it is their verdict, not their path.
 """
 
@@ -41,7 +41,7 @@ BACKPORTS = PLUGIN / "compat_backports"
 # which is on the engine's PYTHONPATH (compat_backports.x).
 IMPORT_ROOTS = (ROOT, PLUGIN)
 LAUNCH_ROOTS = (COMMON / "launch.py", ROOT / "conformance" / "engine_worker.py", ROOT / "tests" / "engine_env.py")
-EXCLUDED_ASSIGNMENTS = {COMMON / "rules" / "scopes.py": "C1_ARCHITECTURES"}
+EXCLUDED_ASSIGNMENTS = {COMMON / "rules" / "support" / "scopes.py": "C1_ARCHITECTURES"}
 
 
 def _module_file(base: Path, dotted: str) -> Optional[Path]:
@@ -113,28 +113,33 @@ def _files_under(folder: Path, suffixes: Iterable[str] = ()) -> Tuple[Path, ...]
     )
 
 
-@cache
-def check_only_rules() -> FrozenSet[Path]:
-    """The rule modules whose rules only find (kind "runtime check"), never repair."""
+def rule_modules() -> Dict[Path, List[type]]:
+    """Each rule module of common/rules/ (one per code; support/ holds none) and the Rule classes
+    it defines, not those it imports."""
     import importlib
     import inspect
 
-    from common.code_kinds import CHECK
-    from common.rules.base import Rule
+    from common.rules.support.base import Rule
 
-    out = set()
-    for path in _files_under(COMMON / "rules", (".py",)):
-        if path.stem in ("__init__", "base"):
+    out: Dict[Path, List[type]] = {}
+    for path in sorted((COMMON / "rules").glob("*.py")):
+        if path.stem == "__init__":
             continue
         module = importlib.import_module(f"common.rules.{path.stem}")
-        kinds = {
-            c.kind
+        out[path] = [
+            c
             for c in vars(module).values()
             if inspect.isclass(c) and issubclass(c, Rule) and c is not Rule and c.__module__ == module.__name__
-        }
-        if kinds == {CHECK}:
-            out.add(path)
-    return frozenset(out)
+        ]
+    return out
+
+
+@cache
+def check_only_rules() -> FrozenSet[Path]:
+    """The rule modules whose rules only find (kind "runtime check"), never repair."""
+    from common.code_kinds import CHECK
+
+    return frozenset(path for path, rules in rule_modules().items() if {c.kind for c in rules} == {CHECK})
 
 
 def _backport_module(architecture: str) -> Optional[Path]:

@@ -93,7 +93,7 @@ def write_readme(results: Dict[str, Any]) -> None:
 
 
 CELLS = Path(__file__).resolve().parents[1] / "common" / "conformance_cells.json"
-SCOPES = Path(__file__).resolve().parents[1] / "common" / "rules" / "scopes.py"
+SCOPES = Path(__file__).resolve().parents[1] / "common" / "rules" / "support" / "scopes.py"
 # What doctor needs of a cell (common/conformance_cells.py).
 BAKED = ("architecture", "variant", "saved_by", "traits", "result", "code", "cause", "signal", "first_difference", "tp", "sharding")
 
@@ -168,7 +168,7 @@ def baked(results: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def c1_scope(results: Dict[str, Any]) -> Dict[str, List[str]]:
-    """What common/rules/scopes.py's C1_ARCHITECTURES must hold for these results."""
+    """What common/rules/support/scopes.py's C1_ARCHITECTURES must hold for these results."""
     from common.rules.c1_conformance import acts_on
 
     scope: Dict[str, set] = {}
@@ -181,7 +181,7 @@ def c1_scope(results: Dict[str, Any]) -> Dict[str, List[str]]:
 
 
 def write_scope(results: Dict[str, Any], path: Optional[Path] = None) -> bool:
-    """Writes C1_ARCHITECTURES in common/rules/scopes.py from these results (the rest of the file
+    """Writes C1_ARCHITECTURES in common/rules/support/scopes.py from these results (the rest of the file
     byte for byte as it was); True when the scope changed. No hand pasting: the table is the
     cells' verdict, and their fingerprints leave it out."""
     import ast

@@ -14,7 +14,7 @@ from . import (
     h1_head_size,
     h2_null_head_dim,
     kv_memory,
-    quantization,
+    quant_method,
     r2_chat_template,
     r3_extra_special_tokens,
     r3b_tokenizer_class,
@@ -24,8 +24,8 @@ from . import (
     r12_config_classes,
     remote_code,
 )
-from .base import Context, Outcome, Rule, Scoped
-from .scopes import (
+from .support.base import Context, Outcome, Rule, Scoped
+from .support.scopes import (
     C1_ARCHITECTURES,
     R6_FILES,
     R7_ARCHITECTURES,
@@ -46,7 +46,7 @@ REGISTRY: Tuple[Rule, ...] = (
     r12_config_classes.RULE,
     config_support.RULE,
     remote_code.RULE,
-    quantization.RULE,
+    quant_method.RULE,
     r2_chat_template.RULE,
     # Before the tokenizer rules: a processor that fails on the model path's tokenizer logs
     # R3b's line too, and only R6's view reaches it (triage: the first matching code wins).

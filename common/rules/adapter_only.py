@@ -9,7 +9,7 @@ model the adapter was trained on.
 from __future__ import annotations
 
 from ..code_kinds import CHECK
-from .base import Context, Outcome, Rule
+from .support.base import Context, Outcome, Rule
 
 
 class AdapterOnly(Rule):

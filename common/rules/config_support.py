@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..code_kinds import CHECK
 from ..headsize import NESTED_TEXT_CONFIGS
-from .base import Context, Outcome, Rule
+from .support.base import Context, Outcome, Rule
 
 
 class ConfigSupport(Rule):

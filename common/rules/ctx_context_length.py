@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..code_kinds import CHECK
 from ..context_length import derived_length, positive_number
 from ..headsize import attention_config
-from .base import Context, Outcome, Rule
+from .support.base import Context, Outcome, Rule
 
 TRUTHY = ("1", "true", "yes")
 

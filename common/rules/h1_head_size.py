@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..attention_backends import forced_backend_accepts
 from ..headsize import detect_head_size
 from ..plan import Repair
-from .base import Context, Outcome, Rule
+from .support.base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..headsize import attention_config, detect_head_size
 from ..plan import Repair
-from .base import Context, Outcome, Rule
+from .support.base import Context, Outcome, Rule
 
 
 class NullHeadDim(Rule):

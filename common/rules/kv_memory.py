@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from ..code_kinds import CHECK
 from ..plan import Finding
-from .base import Context, Outcome, Rule
+from .support.base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ repair changes how weights are stored: the finding says which engine is needed.
 from __future__ import annotations
 
 from ..code_kinds import CHECK
-from .base import Context, Outcome, Rule
+from .support.base import Context, Outcome, Rule
 
 
 class Quantization(Rule):

@@ -35,8 +35,8 @@ from ..vllm_plugin.compat_backports import BACKPORTS, ENV, fitting
 from ..vllm_plugin.compat_backports.layers.heads import widest_head_edits
 from ..vllm_args import int_arg, switch_arg
 from ..vllm_plugin.compat_plugin import PLUGIN_NAME
-from .base import Context, Outcome, Rule
-from .plugin import blocker, plugin_repair
+from .support.base import Context, Outcome, Rule
+from .support.plugin import blocker, plugin_repair
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:

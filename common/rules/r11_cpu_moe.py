@@ -14,7 +14,7 @@ module runs the experts and FusedMoE is never called: R11 stays out.
 
 from __future__ import annotations
 
-from .base import Context, Outcome, Rule
+from .support.base import Context, Outcome, Rule
 
 # The model types whose engine model (vLLM 0.5.5's own, or the image's backport) runs its experts
 # through FusedMoE.
@@ -48,7 +48,7 @@ class CpuMoE(Rule):
             return outcome
         from ..vllm_plugin.compat_patches.cpu_moe import ENV
         from ..vllm_plugin.compat_plugin import PLUGIN_NAME
-        from .plugin import blocker, plugin_repair
+        from .support.plugin import blocker, plugin_repair
 
         detail = f"vLLM {profile.vllm_version} is a CPU build whose FusedMoE has no CPU path"
         blocked = blocker(ctx, weights=False)

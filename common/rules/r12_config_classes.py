@@ -16,7 +16,7 @@ architecture (R4, R10).
 from __future__ import annotations
 
 from ..headsize import NESTED_TEXT_CONFIGS
-from .base import Context, Outcome, Rule
+from .support.base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class ConfigClasses(Rule):
         if not unknown:
             return Outcome()  # every model the engine reads returns here, having imported nothing
         from ..vllm_plugin.compat_configs import CLASSES, ENV
-        from .plugin import plugin_repair
+        from .support.plugin import plugin_repair
 
         types = [t for t in unknown if t in CLASSES]
         if not types:

@@ -18,7 +18,7 @@ import re
 from ..chat_templates import CHATML, CHATML_MARKERS, PLAIN_ROLES, SAMPLE_CONVERSATION
 from ..plan import Repair
 from ..tokenizer_files import chat_template_source, token_text, tokenizer_config
-from .base import Context, Outcome, Rule
+from .support.base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:

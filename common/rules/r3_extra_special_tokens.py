@@ -9,8 +9,8 @@ into `{t: t}` would load, but invents attributes named like the tokens).
 
 from ..plan import Repair
 from ..tokenizer_files import special_token_strings, tokenizer_config
-from .base import Context, Outcome, Rule
-from .tokenizer_guard import tokenizer_hands_off
+from .support.base import Context, Outcome, Rule
+from .support.tokenizer_guard import tokenizer_hands_off
 
 
 class ExtraSpecialTokensList(Rule):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from ..plan import Repair
 from ..tokenizer_files import tokenizer_config
-from .base import Context, Outcome, Rule
-from .tokenizer_guard import tokenizer_hands_off
+from .support.base import Context, Outcome, Rule
+from .support.tokenizer_guard import tokenizer_hands_off
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:

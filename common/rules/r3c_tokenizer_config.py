@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from ..plan import Repair
 from ..tokenizer_files import token_for_id
-from .base import Context, Outcome, Rule
-from .tokenizer_guard import tokenizer_hands_off
+from .support.base import Context, Outcome, Rule
+from .support.tokenizer_guard import tokenizer_hands_off
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:

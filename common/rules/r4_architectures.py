@@ -25,7 +25,7 @@ model's code can read config.json and --trust-remote-code is not given, the star
 from __future__ import annotations
 
 from ..plan import Repair
-from .base import Context, Outcome, Rule
+from .support.base import Context, Outcome, Rule
 from .remote_code import NEEDS_CODE, config_reader
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
@@ -160,6 +160,6 @@ def _backported_architectures():
     check time: the registry module imports this one), less the backports built over an engine
     class, which need that class."""
     from ..vllm_plugin.compat_backports import BACKPORTS
-    from . import R10_ARCHITECTURES
+    from .support.scopes import R10_ARCHITECTURES
 
     return tuple(a for a in R10_ARCHITECTURES if not BACKPORTS[a].replaces)

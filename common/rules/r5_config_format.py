@@ -26,7 +26,7 @@ import json
 
 from ..headsize import NESTED_TEXT_CONFIGS as NESTED
 from ..plan import Repair
-from .base import Context, Outcome, Rule
+from .support.base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ..plan import Repair
 from ..processor_files import LEGACY_FILES, PROCESSOR_CONFIG, TYPE_KEYS, processor_check
-from .base import Context, Outcome, Rule
+from .support.base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from ..plan import Repair
-from .base import Context, Outcome, Rule
+from .support.base import Context, Outcome, Rule
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shims")
 

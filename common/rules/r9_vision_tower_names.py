@@ -21,7 +21,7 @@ from __future__ import annotations
 # Only the model-type table at import: the header reader and the plugin's wrapper are imported
 # past the model-type test (check), so a model of any other type pays nothing for them.
 from ..vllm_plugin.compat_weight_names import ENV, MODEL_TYPES, VISION_TYPES, flat_part, published_part, rename
-from .base import Context, Outcome, Rule
+from .support.base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class VisionTowerNames(Rule):
             outcome.findings.append(self.finding("error", f"{detail}, and {len(published)} with it (e.g. {published[0]}): mixed layouts"))
             return outcome
         from ..vllm_plugin.compat_plugin import PLUGIN_NAME
-        from .plugin import blocker, plugin_repair
+        from .support.plugin import blocker, plugin_repair
 
         blocked = blocker(ctx)
         if blocked is not None:

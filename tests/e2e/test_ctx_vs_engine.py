@@ -93,7 +93,7 @@ def engine_says(engine, pairs: List[Tuple[Path, int]]) -> List[Dict]:
 def we_say(card: str, model: Path, max_len: int) -> List[dict]:
     from common.modeldir import ModelDir
     from common.profile import load_profile
-    from common.rules.base import Context
+    from common.rules.support.base import Context
     from common.vllm_args import UserArgs
 
     ctx = Context(ModelDir(str(model)), load_profile(card), {}, UserArgs(["--max-model-len", str(max_len)]), {})

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from common.rules.plugin import PLUGIN_DIR
+from common.rules.support.plugin import PLUGIN_DIR
 from common.triage import triage_file
 from tests.engine import ENGINE_0110, ENGINES, free_port
 from tests.fixtures.factory import author_record, build

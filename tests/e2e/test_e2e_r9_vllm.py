@@ -21,7 +21,7 @@ import subprocess
 
 import pytest
 
-from common.rules.plugin import PLUGIN_DIR
+from common.rules.support.plugin import PLUGIN_DIR
 from common.triage import triage_file
 from tests.engine import ENGINE_0110, ENGINES, free_port, launch_report
 from tests.fixtures.factory import author_record, build_vlm

@@ -80,3 +80,18 @@ def test_compat_skip_says_when_a_code_is_unknown(tmp_path):
     )
     assert result.returncode == 0 and json.loads(result.stdout)["card"] == "nv-a100"
     assert "COMPAT_SKIP names OOM, R9Z, which no runtime rule has; ignored" in result.stderr
+
+
+def test_each_rule_module_carries_one_code_and_is_named_by_it():
+    """common/rules/ holds one module per rule code, named by the code (r3b_..., kv_..., ctx_...):
+    a reader finds a rule from its code in one guess; what the rules share is in rules/support/."""
+    from conformance.fingerprint import rule_modules
+
+    found = {}
+    for path, rules in rule_modules().items():
+        codes_here = {rule.code for rule in rules}
+        assert len(codes_here) == 1, (path.name, codes_here)
+        [code] = codes_here
+        assert path.stem == code.lower() or path.stem.startswith(code.lower() + "_"), (path.name, code)
+        found[code] = path.stem
+    assert set(found) == {rule.code for rule in REGISTRY}

@@ -37,7 +37,8 @@ def test_a_cells_path_is_its_launcher_repairs_plugin_and_its_own_backport():
         "common/rules/r10_backport.py",  # a repair, registered by name
         "common/vllm_plugin/compat_plugin.py",
         "common/vllm_plugin/compat_backports/qwen3.py",  # the architecture's backport
-        "common/vllm_plugin/compat_backports/layers/heads.py",  # what that backport imports
+        "common/vllm_plugin/compat_backports/layers/decoder.py",  # what that backport imports
+        "common/vllm_plugin/compat_backports/layers/heads.py",  # what a repair imports (R10)
         "common/shims/ixformer/contrib/vllm/layers.py",
         "cards/iluvatar-bi100/card.toml",
         "common/profiles/iluvatar-bi100.json",
@@ -89,7 +90,7 @@ def test_a_change_on_the_path_changes_the_fingerprint_and_one_off_it_does_not(mo
 
 
 def test_c1s_scope_written_from_the_cells_is_not_part_of_their_fingerprint(tmp_path, monkeypatch):
-    source = (ROOT / "common" / "rules" / "scopes.py").read_text()
+    source = (ROOT / "common" / "rules" / "support" / "scopes.py").read_text()
     start = source.index("C1_ARCHITECTURES")
     rescoped = source[:start] + source[start:].replace('"LlamaForCausalLM",', '"LlamaForCausalLM", "AnotherForCausalLM",', 1)
     assert rescoped != source

@@ -7,7 +7,7 @@ from common import conformance_cells
 from common.config_traits import config_traits
 from common.modeldir import ModelDir
 from common.profile import load_profile
-from common.rules.base import Context
+from common.rules.support.base import Context
 from common.rules.c1_conformance import RULE
 from common.vllm_args import UserArgs
 

@@ -14,7 +14,7 @@ from common.memory_fit import Device, assess, summary
 from common.modeldir import ModelDir
 from common.preflight import build_plan
 from common.profile import load_profile
-from common.rules.base import Context
+from common.rules.support.base import Context
 from common.rules.kv_memory import RULE
 from common.vllm_args import UserArgs
 from tests.fixtures.shapes import (

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from common.profile import PROFILE_DIR, Profile
-from common.rules.plugin import PLUGIN_DIR
+from common.rules.support.plugin import PLUGIN_DIR
 from common.triage import triage_file
 from common.vllm_plugin.compat_backports import BACKPORTS, ENV, LAYERS_055, fitting
 

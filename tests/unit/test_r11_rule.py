@@ -46,7 +46,7 @@ def test_the_bi100_cpu_build_gets_grouped_experts_and_the_others_nothing(tmp_pat
 def test_a_card_engine_that_is_no_cpu_build_gets_nothing(tmp_path, env_for_tests, monkeypatch):
     """The image bakes its own engine's profile: the vendor's vLLM is no CPU build."""
     from common.modeldir import ModelDir
-    from common.rules.base import Context
+    from common.rules.support.base import Context
     from common.rules.r11_cpu_moe import RULE
     from common.vllm_args import UserArgs
 

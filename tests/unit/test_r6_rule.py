@@ -15,7 +15,7 @@ import pytest
 from common.modeldir import ModelDir
 from common.processor_files import has_processor, processor_check
 from common.profile import Profile, load_profile
-from common.rules.base import Context
+from common.rules.support.base import Context
 from common.rules.r6_processor_files import LEGACY_FILES, RULE, legacy_class, legacy_files
 from common.triage import triage_file
 

@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from common.modeldir import ModelDir
-from common.rules.plugin import PLUGIN_DIR
+from common.rules.support.plugin import PLUGIN_DIR
 from common.safetensors_header import HEADER_CAP, read_header
 from common.vllm_plugin import compat_fused_experts as plugin
 from common.vllm_plugin import compat_plugin

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from common.rules.plugin import PLUGIN_DIR
+from common.rules.support.plugin import PLUGIN_DIR
 from common.vllm_plugin import compat_weight_names as names
 from common.vllm_plugin import compat_plugin
 

@@ -38,7 +38,7 @@ NOT_ON_THE_CLEAN_PATH = (
     "common.rules.c1_conformance",
     "common.conformance_cells",
     "common.config_traits",
-    "common.rules.plugin",
+    "common.rules.support.plugin",
     "common.safetensors_header",
     "common.patching",
     "common.model_view",
@@ -101,7 +101,7 @@ def test_c1s_scope_is_written_from_the_cells_and_nothing_else_of_the_file_moves(
     from conformance import report
 
     scopes = tmp_path / "scopes.py"
-    committed = (ROOT / "common" / "rules" / "scopes.py").read_text()
+    committed = (ROOT / "common" / "rules" / "support" / "scopes.py").read_text()
     scopes.write_text(committed)
     results = json.loads((ROOT / "conformance" / "results.json").read_text())
     assert report.write_scope(results, scopes) is False and scopes.read_text() == committed

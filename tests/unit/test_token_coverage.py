@@ -15,7 +15,7 @@ from common.config_values import config_values, uncovered, value_class
 from common.doctor import tokens_of
 from common.modeldir import ModelDir
 from common.profile import load_profile
-from common.rules.base import Context
+from common.rules.support.base import Context
 from common.rules.c1_conformance import RULE as C1
 from common.vllm_args import UserArgs
 from conformance.report import baked

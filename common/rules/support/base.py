@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 
-from ..code_kinds import RUNTIME
-from ..modeldir import ModelDir
-from ..plan import Finding, Repair
-from ..profile import Profile
-from ..vllm_args import UserArgs
+from ...code_kinds import RUNTIME
+from ...modeldir import ModelDir
+from ...plan import Finding, Repair
+from ...profile import Profile
+from ...vllm_args import UserArgs
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -89,7 +89,8 @@ class Scoped:
         if self._rule is None:
             import importlib
 
-            self._rule = importlib.import_module(f"{__package__}.{self.module}").RULE
+            rules = __package__.rsplit(".", 1)[0]  # the rule modules sit one package above support/
+            self._rule = importlib.import_module(f"{rules}.{self.module}").RULE
             if self._rule.code != self.code:
                 raise ValueError(f"registry line {self.module} says {self.code}, the module says {self._rule.code}")
         return self._rule

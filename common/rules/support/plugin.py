@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 
-from ..plan import Repair
-from ..vllm_plugin.compat_plugin import PLUGIN_NAME
+from ...plan import Repair
+from ...vllm_plugin.compat_plugin import PLUGIN_NAME
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
     from .base import Context
 
-PLUGIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "vllm_plugin")
+# common/vllm_plugin, two levels above this package.
+PLUGIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "vllm_plugin")
 
 
 def blocker(ctx: Context, weights: bool = True) -> Optional[Tuple[str, str]]:

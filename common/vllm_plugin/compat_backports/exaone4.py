@@ -1,5 +1,5 @@
-"""EXAONE 4 (`Exaone4ForCausalLM`) for the vLLM 0.5.5 generation, on the OLMo 2 and Qwen3
-backports' layers.
+"""EXAONE 4 (`Exaone4ForCausalLM`) for the vLLM 0.5.5 generation, on OLMo 2's layer and the shared
+decoder's attention (layers/decoder.py).
 
 transformers' modeling_exaone4.py is OLMo 2's post-norm layer (no norm before the blocks; each
 block's output normalized before it joins the residual stream) with Qwen3's attention (q and k
@@ -16,11 +16,11 @@ from vllm.config import CacheConfig
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
 from .olmo2 import Olmo2DecoderLayer
-from .qwen3 import Qwen3Attention, Qwen3ForCausalLM, Qwen3Model, layer_index
+from .layers.decoder import DecoderAttention, DecoderForCausalLM, DecoderModel, layer_index
 from .layers.windows import layer_cache_config, layer_windows
 
 
-class Exaone4Model(Qwen3Model):
+class Exaone4Model(DecoderModel):
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
         windows = layer_windows(config)
         # transformers tests the config's window, not the layer's: with one, only windowed layers rotate.
@@ -28,7 +28,7 @@ class Exaone4Model(Qwen3Model):
 
         def layer(prefix: str) -> Olmo2DecoderLayer:
             window = windows[layer_index(prefix)]
-            attention = Qwen3Attention(
+            attention = DecoderAttention(
                 config, layer_cache_config(cache_config, window), quant_config, rotate=rope_everywhere or window is not None
             )
             return Olmo2DecoderLayer(config, cache_config, quant_config, attention=attention)
@@ -36,7 +36,7 @@ class Exaone4Model(Qwen3Model):
         super().__init__(config, cache_config, quant_config, layer_fn=layer)
 
 
-class Exaone4ForCausalLM(Qwen3ForCausalLM):
+class Exaone4ForCausalLM(DecoderForCausalLM):
     model_cls = Exaone4Model
 
     @staticmethod

@@ -22,12 +22,12 @@ from vllm.model_executor.layers.layernorm import GemmaRMSNorm
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
-from .qwen3 import Qwen3Attention, Qwen3ForCausalLM, Qwen3MLP, Qwen3Model, fused_norm, layer_index
+from .layers.decoder import DecoderAttention, DecoderForCausalLM, DecoderModel, GatedMLP, fused_norm, layer_index
 from .layers.text_of_vlm import ServedAsText
 from .layers.windows import layer_cache_config, layer_windows
 
 
-class Gemma3Attention(Qwen3Attention):
+class Gemma3Attention(DecoderAttention):
     norm_cls = GemmaRMSNorm
 
 
@@ -37,7 +37,7 @@ class Gemma3DecoderLayer(nn.Module):
     ) -> None:
         super().__init__()
         self.self_attn = self.make_attention(config, window, layer_cache_config(cache_config, window), quant_config)
-        self.mlp = Qwen3MLP(config.hidden_size, config.intermediate_size, config.hidden_activation, quant_config)
+        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_activation, quant_config)
         norm = lambda: GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)  # noqa: E731
         self.input_layernorm, self.post_attention_layernorm = norm(), norm()
         self.pre_feedforward_layernorm, self.post_feedforward_layernorm = norm(), norm()
@@ -67,7 +67,7 @@ class Gemma3DecoderLayer(nn.Module):
         return self.post_feedforward_layernorm(self.mlp(hidden_states)), residual
 
 
-class Gemma3Model(Qwen3Model):
+class Gemma3Model(DecoderModel):
     """Gemma 4 builds on it with its own layers (`make_layer`) and norm class (`norm_cls`)."""
 
     norm_cls = GemmaRMSNorm
@@ -94,7 +94,7 @@ class Gemma3Model(Qwen3Model):
         return embeds * self.normalizer.to(embeds.dtype)
 
 
-class Gemma3ForCausalLM(Qwen3ForCausalLM):
+class Gemma3ForCausalLM(DecoderForCausalLM):
     model_cls = Gemma3Model
 
     @staticmethod

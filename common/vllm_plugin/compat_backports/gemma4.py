@@ -52,7 +52,7 @@ from .layers.gated_experts import GatedExperts
 from .gemma3 import Gemma3ForCausalLM, Gemma3Model
 from .layers.text_of_vlm import ServedAsText
 from .layers.heads import kv_producers, layer_heads
-from .qwen3 import Qwen3Attention, Qwen3MLP
+from .layers.decoder import DecoderAttention, GatedMLP
 from .layers.windows import SLIDING, layer_cache_config, layer_windows
 
 ROPE_KINDS = ("default", "proportional")
@@ -108,7 +108,7 @@ class Gemma4Router(nn.Module):
         return weights * self.per_expert_scale[experts], experts
 
 
-class Gemma4Attention(Qwen3Attention):
+class Gemma4Attention(DecoderAttention):
     def __init__(
         self,
         config,
@@ -210,7 +210,7 @@ class Gemma4DecoderLayer(nn.Module):
         cache = layer_cache_config(cache_config, window)
         self.self_attn = Gemma4Attention(config, head_dim, kv_heads, kind, reuses, cache, quant_config)
         wide = 2 if reuses and getattr(config, "use_double_wide_mlp", False) else 1
-        self.mlp = Qwen3MLP(config.hidden_size, config.intermediate_size * wide, config.hidden_activation, quant_config)
+        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size * wide, config.hidden_activation, quant_config)
         norm = lambda: RMSNorm(config.hidden_size, eps=config.rms_norm_eps)  # noqa: E731
         self.input_layernorm, self.post_attention_layernorm = norm(), norm()
         self.pre_feedforward_layernorm, self.post_feedforward_layernorm = norm(), norm()

@@ -1,5 +1,5 @@
-"""Granite (`GraniteForCausalLM`, IBM Granite 3.x) for the vLLM 0.5.5 generation, on the Qwen3
-backport's layers.
+"""Granite (`GraniteForCausalLM`, IBM Granite 3.x) for the vLLM 0.5.5 generation, on the shared
+decoder (layers/decoder.py).
 
 transformers' modeling_granite.py is the Llama layout with four multipliers from the config: the
 input embeddings times `embedding_multiplier`; attention scaled by `attention_multiplier`
@@ -15,13 +15,13 @@ import torch
 from vllm.config import CacheConfig
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
-from .qwen3 import Qwen3Attention, Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3MLP, Qwen3Model
+from .layers.decoder import DecoderAttention, DecoderForCausalLM, DecoderLayer, DecoderModel, GatedMLP
 
 
-class GraniteDecoderLayer(Qwen3DecoderLayer):
+class GraniteDecoderLayer(DecoderLayer):
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
-        attention = Qwen3Attention(config, cache_config, quant_config, qk_norm=False, scaling=config.attention_multiplier)
-        mlp = Qwen3MLP(
+        attention = DecoderAttention(config, cache_config, quant_config, qk_norm=False, scaling=config.attention_multiplier)
+        mlp = GatedMLP(
             config.hidden_size, config.intermediate_size, config.hidden_act, quant_config, bias=bool(getattr(config, "mlp_bias", False))
         )
         super().__init__(config, cache_config, quant_config, mlp=mlp, attention=attention)
@@ -31,7 +31,7 @@ class GraniteDecoderLayer(Qwen3DecoderLayer):
         return x * self.residual_multiplier
 
 
-class GraniteModel(Qwen3Model):
+class GraniteModel(DecoderModel):
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
         super().__init__(
             config, cache_config, quant_config, layer_fn=lambda prefix: GraniteDecoderLayer(config, cache_config, quant_config)
@@ -42,7 +42,7 @@ class GraniteModel(Qwen3Model):
         return self.embed_tokens(input_ids) * self.embedding_multiplier
 
 
-class GraniteForCausalLM(Qwen3ForCausalLM):
+class GraniteForCausalLM(DecoderForCausalLM):
     model_cls = GraniteModel
 
     @staticmethod

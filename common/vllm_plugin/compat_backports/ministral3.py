@@ -1,5 +1,5 @@
 """Ministral 3 (`Ministral3ForCausalLM`, Devstral Small 2's text model) for the vLLM 0.5.5
-generation, on the Qwen3 backport's layers, and its vision-language wrapper
+generation, on the shared decoder (layers/decoder.py), and its vision-language wrapper
 `Mistral3ForConditionalGeneration` (how Ministral 3 and Devstral Small 2 are published) served as
 text.
 
@@ -25,8 +25,8 @@ import torch
 from vllm.config import CacheConfig
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
-from .qwen3 import Qwen3Attention, Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3Model
-from .layers.text_of_vlm import ServedAsText
+from .layers.decoder import DecoderAttention, DecoderForCausalLM, DecoderLayer, DecoderModel
+from .layers.text_of_vlm import ServedAsText, tied_by_wrapper
 from .layers.yarn import engine_rope_scaling, query_scale
 
 
@@ -39,7 +39,7 @@ def rope_parameters(config) -> Dict[str, Any]:
     return {}
 
 
-class Ministral3Attention(Qwen3Attention):
+class Ministral3Attention(DecoderAttention):
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
         super().__init__(config, cache_config, quant_config, qk_norm=False)
         self.query_scale = query_scale(rope_parameters(config), config.max_position_embeddings)
@@ -57,16 +57,16 @@ class Ministral3Attention(Qwen3Attention):
         return q * scale.unsqueeze(-1).to(q.dtype), k
 
 
-class Ministral3Model(Qwen3Model):
+class Ministral3Model(DecoderModel):
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
-        def layer(prefix: str) -> Qwen3DecoderLayer:
+        def layer(prefix: str) -> DecoderLayer:
             attention = Ministral3Attention(config, cache_config, quant_config)
-            return Qwen3DecoderLayer(config, cache_config, quant_config, attention=attention)
+            return DecoderLayer(config, cache_config, quant_config, attention=attention)
 
         super().__init__(config, cache_config, quant_config, layer_fn=layer)
 
 
-class Ministral3ForCausalLM(Qwen3ForCausalLM):
+class Ministral3ForCausalLM(DecoderForCausalLM):
     model_cls = Ministral3Model
 
     @staticmethod
@@ -84,10 +84,10 @@ class Mistral3ForConditionalGeneration(ServedAsText, Ministral3ForCausalLM):
         # transformers 5 ties the output matrix to the embeddings by the wrapper's flag (True
         # unless stated), and unties a pair the checkpoint holds both of: built untied unless both
         # configs tie, the embeddings stand in for an output matrix the checkpoint lacks.
-        self.wrapper_ties = bool(getattr(config, "tie_word_embeddings", True))
+        self.wrapper_ties = tied_by_wrapper(config, unstated=True)
         text.tie_word_embeddings = self.wrapper_ties and bool(text.tie_word_embeddings)
         return text
 
     def text_loaded(self, seen: Dict[str, Any]) -> None:
-        if not self.config.tie_word_embeddings and self.wrapper_ties and not seen["lm_head"] and seen["embedding"] is not None:
+        if not self.ties_embeddings and self.wrapper_ties and not seen["lm_head"] and seen["embedding"] is not None:
             super().load_weights([("lm_head.weight", seen["embedding"])])

@@ -1,4 +1,4 @@
-"""OLMo 2 (`Olmo2ForCausalLM`) for the vLLM 0.5.5 generation, on the Qwen3 backport's layers.
+"""OLMo 2 (`Olmo2ForCausalLM`) for the vLLM 0.5.5 generation, on the shared decoder (layers/decoder.py).
 
 transformers' modeling_olmo2.py differs from the Llama layout in two places: the query and key
 projections each go through one RMSNorm over their whole width (all heads at once, not per
@@ -20,10 +20,10 @@ from vllm.distributed import get_tensor_model_parallel_rank, get_tensor_model_pa
 from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
-from .qwen3 import Qwen3Attention, Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3Model
+from .layers.decoder import DecoderAttention, DecoderForCausalLM, DecoderLayer, DecoderModel
 
 
-class Olmo2Attention(Qwen3Attention):
+class Olmo2Attention(DecoderAttention):
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
         super().__init__(config, cache_config, quant_config, qk_norm=False)
         self.tp_size, self.tp_rank = get_tensor_model_parallel_world_size(), get_tensor_model_parallel_rank()
@@ -57,7 +57,7 @@ class Olmo2Attention(Qwen3Attention):
         return output
 
 
-class Olmo2DecoderLayer(Qwen3DecoderLayer):
+class Olmo2DecoderLayer(DecoderLayer):
     """OLMo 2's post-norm layer; EXAONE 4 passes its own `attention`."""
 
     def __init__(
@@ -83,10 +83,10 @@ class Olmo2DecoderLayer(Qwen3DecoderLayer):
         return self.post_feedforward_layernorm(self.mlp(h)), h
 
 
-class Olmo2Model(Qwen3Model):
+class Olmo2Model(DecoderModel):
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
         super().__init__(config, cache_config, quant_config, layer_fn=lambda prefix: Olmo2DecoderLayer(config, cache_config, quant_config))
 
 
-class Olmo2ForCausalLM(Qwen3ForCausalLM):
+class Olmo2ForCausalLM(DecoderForCausalLM):
     model_cls = Olmo2Model

@@ -43,9 +43,9 @@ from vllm.model_executor.models.utils import make_layers
 from vllm.model_executor.utils import set_weight_attrs
 
 from .layers import gated_delta
-from .qwen3 import Qwen3Attention, Qwen3ForCausalLM, Qwen3MLP, fused_norm, layer_index
+from .layers.decoder import DecoderAttention, DecoderForCausalLM, GatedMLP, fused_norm, layer_index
 from .layers.sequence_state import SequenceSlots
-from .layers.text_of_vlm import ServedAsText
+from .layers.text_of_vlm import ServedAsText, tied_by_wrapper
 from .layers.windows import FULL
 
 logger = logging.getLogger("vllm.compat_backports.qwen3_5")
@@ -55,7 +55,7 @@ LINEAR = "linear_attention"
 DEFAULT_SLOTS = 8
 
 
-class Qwen3_5Attention(Qwen3Attention):
+class Qwen3_5Attention(DecoderAttention):
     norm_cls = GemmaRMSNorm
     query_parts = 2
 
@@ -257,7 +257,7 @@ class Qwen3_5DecoderLayer(nn.Module):
         else:
             self.linear_attn = GatedDeltaNet(config, state_index, quant_config)
         # The MoE variant passes its expert block; the dense model has one MLP per layer.
-        self.mlp = mlp if mlp is not None else Qwen3MLP(config.hidden_size, config.intermediate_size, config.hidden_act, quant_config)
+        self.mlp = mlp if mlp is not None else GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act, quant_config)
         self.input_layernorm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
@@ -317,7 +317,7 @@ class Qwen3_5Model(nn.Module):
         return hidden_states
 
 
-class Qwen3_5ForCausalLM(Qwen3ForCausalLM):
+class Qwen3_5ForCausalLM(DecoderForCausalLM):
     """Built by the engine with `scheduler_config=` too: a model with inner state (the engine's
     `has_inner_state` protocol) learns how many sequences run at once."""
 
@@ -395,6 +395,5 @@ class Qwen3_5ForConditionalGeneration(ServedAsText, Qwen3_5ForCausalLM):
     """Qwen3.5's published checkpoints served as text."""
 
     def text_config(self, config: Any) -> Any:
-        # transformers ties the output embedding by the outer config's flag, not the text part's.
-        config.text_config.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
+        config.text_config.tie_word_embeddings = tied_by_wrapper(config, unstated=False)
         return config.text_config

@@ -18,7 +18,7 @@ from vllm.config import CacheConfig
 from vllm.model_executor.layers.linear import ReplicatedLinear
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
-from .qwen3 import Qwen3MLP
+from .layers.decoder import GatedMLP
 from .qwen3_5 import Qwen3_5DecoderLayer, Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3_5Model
 from .qwen3_moe import Qwen3MoeSparseBlock, expert_tensors
 
@@ -28,7 +28,7 @@ class Qwen3_5MoeSparseBlock(Qwen3MoeSparseBlock):
 
     def __init__(self, config, quant_config: Optional[QuantizationConfig] = None) -> None:
         super().__init__(config, quant_config, renormalize=True)
-        self.shared_expert = Qwen3MLP(config.hidden_size, config.shared_expert_intermediate_size, config.hidden_act, quant_config)
+        self.shared_expert = GatedMLP(config.hidden_size, config.shared_expert_intermediate_size, config.hidden_act, quant_config)
         # The shared expert's gate stays unquantized and whole on every rank, as the router.
         self.shared_expert_gate = ReplicatedLinear(config.hidden_size, 1, bias=False, quant_config=None)
 

@@ -1,5 +1,5 @@
-"""Qwen3-MoE (`Qwen3MoeForCausalLM`) for the vLLM 0.5.5 generation: the Qwen3 backport's attention
-and decoder layer with a sparse expert block in place of the MLP.
+"""Qwen3-MoE (`Qwen3MoeForCausalLM`) for the vLLM 0.5.5 generation: the shared decoder's attention
+and layer with their Qwen3 defaults (layers/decoder.py), a sparse expert block in place of the MLP.
 
 transformers' modeling_qwen3_moe.py: a router (`mlp.gate`, no bias) picks `num_experts_per_tok`
 experts per token from a softmax over `num_experts`; the picked weights are renormalized only when
@@ -26,7 +26,7 @@ from vllm.model_executor.layers.linear import ReplicatedLinear
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 from vllm.model_executor.models.utils import is_pp_missing_parameter
 
-from .qwen3 import Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3Model, layer_index
+from .layers.decoder import DecoderForCausalLM, DecoderLayer, DecoderModel, layer_index
 
 
 class Qwen3MoeSparseBlock(nn.Module):
@@ -63,12 +63,12 @@ def sparse(config, index: int) -> bool:
     return index not in only_mlp and config.num_experts > 0 and (index + 1) % step == 0
 
 
-class Qwen3MoeModel(Qwen3Model):
+class Qwen3MoeModel(DecoderModel):
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
-        def layer(prefix: str) -> Qwen3DecoderLayer:
+        def layer(prefix: str) -> DecoderLayer:
             index = layer_index(prefix)
             mlp = Qwen3MoeSparseBlock(config, quant_config) if sparse(config, index) else None
-            return Qwen3DecoderLayer(config, cache_config, quant_config, mlp=mlp)
+            return DecoderLayer(config, cache_config, quant_config, mlp=mlp)
 
         super().__init__(config, cache_config, quant_config, layer_fn=layer)
 
@@ -96,9 +96,9 @@ def expert_tensors(model: nn.Module, num_experts: int, weights: Iterable[Tuple[s
         param.weight_loader(param, loaded, name, shard_id=shard_id, expert_id=expert_id)
 
 
-class Qwen3MoeForCausalLM(Qwen3ForCausalLM):
+class Qwen3MoeForCausalLM(DecoderForCausalLM):
     model_cls = Qwen3MoeModel
 
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
-        """The experts' tensors into the FusedMoE layers' stacked weights; the rest as Qwen3's."""
+        """The experts' tensors into the FusedMoE layers' stacked weights; the rest as the decoder's."""
         super().load_weights(expert_tensors(self, self.config.num_experts, weights))

@@ -168,7 +168,7 @@ def test_doctor_says_a_family_without_a_backport_needs_a_newer_engine(tmp_path):
 def test_the_plugin_registers_nothing_unless_asked(tmp_path):
     """With the plugin on PYTHONPATH but COMPAT_BACKPORTS unset, the engine's registry is its own
     (the launcher tests show the registration when asked)."""
-    from common.rules.plugin import PLUGIN_DIR
+    from common.rules.support.plugin import PLUGIN_DIR
 
     code = (
         "from vllm.plugins import load_general_plugins; from vllm import ModelRegistry; load_general_plugins(); "
@@ -208,7 +208,7 @@ def test_exaone4_layers_take_their_window_and_rope_from_the_config():
     """As transformers' modeling_exaone4.py: with a window, only the windowed layers rotate and
     each keeps its own window; without one (the 1.2B) every layer rotates, globally. An engine
     that still applies the model-wide window to a global layer is refused, not served wrong."""
-    from common.rules.plugin import PLUGIN_DIR
+    from common.rules.support.plugin import PLUGIN_DIR
 
     hybrid = ["sliding_attention", "full_attention"]
     cases = [[12, hybrid, None], [None, ["full_attention"] * 2, None], [12, hybrid, 12]]

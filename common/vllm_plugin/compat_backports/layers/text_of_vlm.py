@@ -45,12 +45,20 @@ def text_name(name: str) -> Optional[str]:
     return name
 
 
+def tied_by_wrapper(config: Any, unstated: bool) -> bool:
+    """Whether a vision-language wrapper's output matrix is its embeddings: transformers decides by
+    the wrapper's own `tie_word_embeddings`, not its text part's. `unstated`: what the family's
+    wrapper config means when it does not say."""
+    return bool(getattr(config, "tie_word_embeddings", unstated))
+
+
 class ServedAsText:
     """A vision-language checkpoint's language model served as text (mixed in before a text
     class): built from the wrapper's text config (`text_config`), its weights under either
     published naming, the vision and audio towers never built, their tensors skipped and counted
     in the log (the engine takes no images for it: a text-only start). A family whose wrapper
-    decides the tying of the output matrix says how in `text_config` and `text_loaded`."""
+    decides the tying of the output matrix (tied_by_wrapper) says how in `text_config` and
+    `text_loaded`; the others keep their text config's own flag (Gemma 3, Gemma 4)."""
 
     def __init__(self, config: Any, cache_config: Any = None, quant_config: Any = None, **extra: Any) -> None:
         # extra: the scheduler config of a model with state
