@@ -26,7 +26,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from common.config_traits import config_traits, sharding
 from common.config_values import config_values
 from common.conformance_cells import fields_table
-from common.triage import scan, signatures, triage_file
+from common.log import PREFIX
+from common.triage import scan, signatures
 from common.vllm_args import UserArgs
 from tests.cores import pin_env, rank_binds
 from tests.engine import vllm_cache
@@ -35,6 +36,8 @@ from tests.engine_env import COMMON_ENV
 from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, load_cases, tensor_parallel, tp_args, tp_sizes
 from .fingerprint import doctor_fingerprint, fingerprint
 from .models import ensure, model_dir, record
+
+LAUNCHER_PREFIX = PREFIX.encode()
 
 RESULTS = Path(__file__).resolve().parent / "results.json"
 WORKER = "conformance.engine_worker"
@@ -140,21 +143,30 @@ def run_engine(
     return results
 
 
-def cause(error: str, log: Path, card: str) -> Tuple[Optional[str], Optional[str]]:
+def cause(error: str, log: Path) -> Tuple[Optional[str], Optional[str]]:
     """(triage's code, the line that says why) for a cell that did not answer: from the exception
     the engine raised, else from its whole log (where the reason may come before the refusal: a
     failed model inspection's own error, 0.11's fallback from its V1 engine for windows on the CPU)."""
     hit = scan([error.encode("utf-8", errors="replace")], signatures())
-    if hit is None and log.exists():
-        verdict = triage_file(str(log), card)
-        if verdict.code not in (None, "unknown"):
-            return verdict.code, verdict.evidence
+    if hit is None:
+        hit = scan([_engine_lines(log)], signatures())
     if hit is not None:
         return hit[0].code, hit[1]
     lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
     # pydantic puts the reason on its second line ("Value error, ..."); others on the first.
     line = next((x for x in lines if x.startswith("Value error,")), lines[0] if lines else None)
     return None, line
+
+
+def _engine_lines(log: Path) -> bytes:
+    """The cell's log without the launcher's own lines: those quote what the committed cells say
+    (C1 names a cell's cause), and a cause read back from them would be the last run's, nested one
+    level deeper at each run, not this one's."""
+    try:
+        text = log.read_bytes()
+    except OSError:
+        return b""
+    return b"\n".join(line for line in text.splitlines() if not line.lstrip().startswith(LAUNCHER_PREFIX))
 
 
 LOG_PREFIX = re.compile(r"\((?:\w+) pid=\d+\)\s*|(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\]\s*")
@@ -166,13 +178,13 @@ def quoted(line: Optional[str]) -> Optional[str]:
     return PATHS.sub("", LOG_PREFIX.sub("", line)).strip()[:200] if line else None
 
 
-def classify(result: Dict[str, Any], reference: List[int], log: Path, card: str) -> Dict[str, Any]:
+def classify(result: Dict[str, Any], reference: List[int], log: Path) -> Dict[str, Any]:
     """The cell's `result` and `code` from the worker's outcome."""
     outcome = result.get("outcome")
     if outcome == "answered":
         return {"result": "exact" if result.get("tokens") == reference else "differs", "code": None}
     if outcome in ("refused", "crashed"):
-        code, why = cause(result.get("error") or "", log, card)
+        code, why = cause(result.get("error") or "", log)
         out = {"result": outcome, "code": code, "cause": quoted(why)}
         if result.get("signal"):
             out["signal"] = result["signal"]
@@ -418,7 +430,7 @@ def collect(
                 "saved_by": rec["transformers"],
                 "tp": cell["tp"],
             }
-            row.update(classify(result, reference, Path(cell["log"]), card))
+            row.update(classify(result, reference, Path(cell["log"])))
             if rec["reference"] != reference:
                 # This transformers computes the same weights otherwise (its YaRN, say): noted, and
                 # the engine is held to the author's.
