@@ -33,6 +33,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from conformance import vec_isa
+
 ROOT = Path(__file__).resolve().parents[1]
 CELL_TIMEOUT_S = 300
 # The engine in the cell's own process: vLLM >= 0.10 otherwise starts its engine core as another
@@ -56,8 +58,9 @@ class Crashed(Exception):
 
 
 def preload() -> None:
-    """What every cell imports: torch, vLLM and its CLI. Nothing here may run torch work (a child
-    forked after OpenMP threads started can hang)."""
+    """What every cell imports: torch, vLLM and its CLI, and torch's answer to its vector
+    instruction probe (conformance/vec_isa.py). Nothing here may run torch work (a child forked
+    after OpenMP threads started can hang) nor ask torch for CUDA (its forks could not start it)."""
     import torch  # noqa: F401
     import vllm  # noqa: F401
 
@@ -65,9 +68,10 @@ def preload() -> None:
         try:
             importlib.import_module(main_module)
             importlib.import_module(serve_module)
-            return
+            break
         except ImportError:
             continue
+    vec_isa.answer_once()
 
 
 def _cli() -> Tuple[Callable[[], Any], Callable[[Callable[[Any], None]], None]]:
