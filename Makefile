@@ -14,7 +14,7 @@ help:
 	@echo "make test-fast   unit and integration tests without starting vLLM"
 	@echo "make fuzz        the property-based red-line suite at 10,000+ random examples"
 	@echo "make bench       preflight speed figures"
-	@echo "make profiles    regenerate common/profiles/*.json and common/model_fields.json from build_matrix.toml and the engine venvs"
+	@echo "make profiles    regenerate common/engine/profiles/*.json and common/engine/model_fields.json from build_matrix.toml and the engine venvs"
 	@echo "make conformance the conformance cells not yet run or whose code changed (tokens against the author's transformers)"
 	@echo "make render      build contexts of every card into build/<card>/ (and cards/*/task_info.env)"
 	@echo "make build CARD=nv-a100   build a card image with Docker (CARD=all for every card)"

@@ -14,7 +14,7 @@ import sys
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 if sys.argv[1:] == ["check"]:
-    import common.launch  # noqa: F401
+    import common.start.launch  # noqa: F401
 
     sys.exit(0)
 

@@ -21,7 +21,7 @@ import json
 import os
 import sys
 
-from .log import say
+from .start.log import say
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -111,10 +111,10 @@ def _print_human(plan_json: dict) -> None:
 
 
 def _doctor(opts, card: str, vllm_args: List[str]) -> int:
-    from .doctor import run as doctor
-    from .doctor_many import ALL, is_folder_of_models
-    from .doctor_many import run as doctor_many
-    from .profile import load_profile
+    from .doctor.doctor import run as doctor
+    from .doctor.doctor_many import ALL, is_folder_of_models
+    from .doctor.doctor_many import run as doctor_many
+    from .engine.profile import load_profile
 
     paths = opts.model_dir
     if len(paths) == 1 and not os.path.isdir(paths[0]):  # among many, a bad path is a row with its error
@@ -150,7 +150,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ours, vllm_args = _split(argv)
     if ours == ["launch"]:  # the container-start path: no option parsing to pay for
-        from .launch import launch
+        from .start.launch import launch
 
         launch(vllm_args, os.environ)
     opts = _parser(ours[0] if ours else None).parse_args(ours)
@@ -164,8 +164,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         return triage(opts.paths, opts.card, opts.json)
     from .plan import Plan
-    from .preflight import build_plan
-    from .profile import image_card
+    from .start.preflight import build_plan
+    from .engine.profile import image_card
 
     card = opts.card or os.environ.get("COMPAT_CARD") or image_card()
     if opts.command == "preflight" and card == "all":
@@ -184,7 +184,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         plan.add_finding("INTERNAL", "error", f"preflight failed: {type(exc).__name__}: {exc}")
         say(f"preflight failed: {type(exc).__name__}: {exc}")
     if opts.dry_run and not opts.keep_work_dir:
-        from .doctor import remove_work_dir
+        from .doctor.doctor import remove_work_dir
 
         remove_work_dir(plan)
     return _show(plan.to_json(), opts.json)

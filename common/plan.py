@@ -48,17 +48,17 @@ class Repair:
         self.hf_overrides: Dict[str, Any] = dict(hf_overrides or {})
         # Top-level config.json keys this repair sets (a nested text_config is given whole). The
         # planner carries them the best way the engine allows: --hf-overrides, --hf-config-path
-        # with a rewritten config.json, or a model view (common/model_view.py).
+        # with a rewritten config.json, or a model view (common/start/model_view.py).
         self.config_edits: Dict[str, Any] = {}
         # Whole files a model view must hold that the model lacks (name -> JSON content), and the
-        # engine-side processor check of that view (common/model_view.py).
+        # engine-side processor check of that view (common/start/model_view.py).
         self.view_files: Dict[str, Dict[str, Any]] = {}
         self.processor_check: Optional[Dict[str, Any]] = None
         # Path-like variables to extend: the value goes in front of what the environment has.
         self.path_prepend: Dict[str, str] = {}
         # A file this repair writes into the run's work dir, passed as `flag PATH`: (flag, name, text).
         self.work_file: Optional[Tuple[str, str, str]] = None
-        # An edit of the engine's own source at start: (dotted module, transform for common.patching).
+        # An edit of the engine's own source at start: (dotted module, transform for common.engine.patching).
         self.engine_patch: Optional[Tuple[str, Callable[[str], str]]] = None
         # A request the engine's Python answers before the repair is used (checks/engine_checks.py):
         # verified when it answers ok, dropped with a finding otherwise.

@@ -18,7 +18,7 @@ import os
 import re
 import zlib
 
-from .log import say
+from .start.log import say
 from .codes import all_codes
 
 TYPE_CHECKING = False

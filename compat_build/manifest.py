@@ -48,7 +48,7 @@ CARD_SCHEMA: Dict[str, Dict[str, Tuple[Any, bool]]] = {
         "framework": (str, False),
     },
     # One accelerator of the card and the node the platform runs it in: what doctor holds the
-    # model's weights and KV cache against (common/memory_fit.py). GiB, as the vendors' tools
+    # model's weights and KV cache against (common/memory/memory_fit.py). GiB, as the vendors' tools
     # report device memory.
     "device": {
         "memory_gib": (NUMBER, True),

@@ -2,7 +2,7 @@
 
 doctor promises `tokens: proven` only where every configuration value that the engine's model
 code (and the author's, whose function the engine must compute) reads for the model's
-architecture was exercised by an exact conformance cell (common/conformance_cells.py). Which
+architecture was exercised by an exact conformance cell (common/engine/conformance_cells.py). Which
 fields those are is read here from the code, never listed by hand: the engine's model module of
 each registered architecture (vLLM's registry maps it to a module and class) and the model modules
 it imports, the image's backport of that architecture where the plugin registers one, and the
@@ -11,7 +11,7 @@ author's transformers modeling file that defines the class. A field is read wher
 `getattr(config, "NAME", ...)`.
 
 The sources are read as text (ast), never imported: the engine venvs' vLLM, the author venv's
-transformers, and common/vllm_plugin. Output: common/model_fields.json, per engine generation
+transformers, and common/vllm_plugin. Output: common/engine/model_fields.json, per engine generation
 and architecture, the sorted union of the fields its engine, backport and author read.
 
 usage: python -m compat_build.model_fields [--check]
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "common" / "model_fields.json"
+OUT = ROOT / "common" / "engine" / "model_fields.json"
 BACKPORTS = ROOT / "common" / "vllm_plugin" / "compat_backports"
 # The engine generations and the venv each is read from (conformance/cases.py runs the same).
 ENGINE_VENVS = {"0.5.5": ".venv-engine055", "0.11.0": ".venv-engine", "0.32.0": ".venv-engine-next"}

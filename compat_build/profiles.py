@@ -1,5 +1,5 @@
-"""Generate common/profiles/<card>.json from the manifest and a snapshot of the card's engine,
-and common/engine_venvs.json: where this checkout keeps each card's engine venv (its
+"""Generate common/engine/profiles/<card>.json from the manifest and a snapshot of the card's engine,
+and common/engine/engine_venvs.json: where this checkout keeps each card's engine venv (its
 snapshot_env), which doctor verifies with when no COMPAT_ENGINE_PYTHON* names an engine.
 
 usage: python -m compat_build.profiles [--check]
@@ -17,8 +17,8 @@ from typing import Any, Dict
 from . import manifest as manifest_mod
 from .image_steps.bake_profile import profile_json, render
 
-PROFILE_DIR = os.path.join(manifest_mod.ROOT, "common", "profiles")
-ENGINE_VENVS = os.path.join(manifest_mod.ROOT, "common", "engine_venvs.json")
+PROFILE_DIR = os.path.join(manifest_mod.ROOT, "common", "engine", "profiles")
+ENGINE_VENVS = os.path.join(manifest_mod.ROOT, "common", "engine", "engine_venvs.json")
 SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "snapshot_engine.py")
 
 

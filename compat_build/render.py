@@ -32,7 +32,8 @@ BUILD_DIR_DEFAULT = os.path.join(ROOT, "build")
 # (source under ROOT, destination under the context): what the build steps need in the image.
 STEP_FILES = (
     ("common/__init__.py", "steps/common/__init__.py"),
-    ("common/patching.py", "steps/common/patching.py"),
+    ("common/engine/__init__.py", "steps/common/engine/__init__.py"),
+    ("common/engine/patching.py", "steps/common/engine/patching.py"),
     ("common/codes.py", "steps/common/codes.py"),
     ("common/code_kinds.py", "steps/common/code_kinds.py"),
     ("common/checks/layer_api.py", "steps/common/checks/layer_api.py"),
@@ -41,7 +42,7 @@ STEP_FILES = (
     ("compat_build/image_steps", "steps/compat_build/image_steps"),
     ("compat_build/patches", "steps/compat_build/patches"),
 )
-# The committed fixture models (metadata only) the image's self-test starts (common/selftest.py):
+# The committed fixture models (metadata only) the image's self-test starts (common/image_checks/selftest.py):
 # one saved by transformers 5, and the clean ones (saved by 4.57, or by 4.55 for an engine that
 # reads only `torch_dtype`: the self-test picks by the baked profile). Bundled as selftest/models/<name>/.
 SELFTEST_MODELS = ("v5-generic", "457-generic", "455-generic")

@@ -23,7 +23,7 @@ def main(argv=None) -> int:
         "--all", action="store_true", dest="everything", help="every cell, not only those not yet run or whose code changed (the default)"
     )
     sub.add_parser("stale", help="name the committed cells whose fingerprint no longer matches the code (exit 1 if any)")
-    sub.add_parser("table", help="write README.md's table and common/conformance_cells.json from results.json")
+    sub.add_parser("table", help="write README.md's table and common/engine/conformance_cells.json from results.json")
     sub.add_parser("judge", help="bake the cells again and let doctor judge every cell's model anew (no engine runs)")
     models = sub.add_parser("models", help="save the cases' models not yet in the cache (no engine runs)")
     models.add_argument("--saver", action="append", help="only this saver's saves, e.g. v5 (repeatable; the author's must be there first)")

@@ -22,8 +22,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from common.engines import checkout_venv, make_target
-from common.profile import load_profile
+from common.engine.engines import checkout_venv, make_target
+from common.engine.profile import load_profile
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -5,7 +5,7 @@
 One process per engine generation imports torch and vLLM once; each cell runs in a child forked
 from it, so a cell costs the engine's construction and its requests, not the 10-15 s import, and
 a cell that crashes (a signal, a hang) costs only itself. A child does what the image's
-entrypoint does: the launcher's own preflight (`common.launch`: the same plan, repairs, engine
+entrypoint does: the launcher's own preflight (`common.start.launch`: the same plan, repairs, engine
 patches and environment), then `vllm serve` with the argv the launcher would exec, parsed by
 the engine's own CLI. Only the last step differs: instead of the HTTP server, the parsed
 arguments build the engine in the child, which answers one greedy request (the first answer
@@ -168,7 +168,7 @@ def run_cell(cell: Dict[str, Any], fd: int, fresh: bool, summary: Dict[str, Any]
     """One cell in this process: the launcher's preflight, then the engine. Returns the result,
     or re-executes this interpreter (never returns) when the plan patched the engine's source.
     `summary` gets the plan as soon as it is known (a refusal still reports it)."""
-    from common.launch import _planned, vllm_argv
+    from common.start.launch import _planned, vllm_argv
 
     start_env = dict(cell["env"], **IN_PROCESS, **cell.get("pin", {}))
     os.environ.clear()
@@ -262,7 +262,7 @@ def restore(modules: Any) -> None:
     """Put the engine's files a cell's plan patched (H1's start-time edit) back as they were:
     the image patches its own copy at every start; the engine venv here is shared by every
     cell and test after this one."""
-    from common.patching import BACKUP_SUFFIX, module_file
+    from common.engine.patching import BACKUP_SUFFIX, module_file
 
     for module in modules:
         path = module_file(module)

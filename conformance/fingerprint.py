@@ -40,7 +40,7 @@ BACKPORTS = PLUGIN / "compat_backports"
 # Where an absolute import may resolve: the checkout (common.x, tests.x) and the plugin directory,
 # which is on the engine's PYTHONPATH (compat_backports.x).
 IMPORT_ROOTS = (ROOT, PLUGIN)
-LAUNCH_ROOTS = (COMMON / "launch.py", ROOT / "conformance" / "engine_worker.py", ROOT / "tests" / "engine_env.py")
+LAUNCH_ROOTS = (COMMON / "start" / "launch.py", ROOT / "conformance" / "engine_worker.py", ROOT / "tests" / "engine_env.py")
 EXCLUDED_ASSIGNMENTS = {COMMON / "rules" / "support" / "scopes.py": "C1_ARCHITECTURES"}
 
 
@@ -170,7 +170,7 @@ def path_files(card: str, architecture: str) -> List[Path]:
     files.add(COMMON / "entrypoint.sh")
     card_dir = ROOT / "cards" / card.split("@")[0]
     files.update(p for p in _files_under(card_dir) if not p.name.startswith("task_info"))  # rendered, read by CI only
-    files.add(COMMON / "profiles" / f"{card}.json")
+    files.add(COMMON / "engine" / "profiles" / f"{card}.json")
     return sorted(p for p in files if p.is_file())
 
 
@@ -221,11 +221,11 @@ def fingerprint(case: Dict, saver: str, engine: Engine, card: str, tp: int = 1) 
 
 def doctor_fingerprint() -> str:
     """What doctor's verdicts on the cells' models depend on (the module's doc)."""
-    roots = [COMMON / "doctor.py", COMMON / "doctor_many.py", COMMON / "cli.py", COMMON / "model_build.py"]
+    roots = [*_files_under(COMMON / "doctor", (".py",)), COMMON / "cli.py"]
     roots += _files_under(COMMON / "checks", (".py",)) + _files_under(COMMON / "rules", (".py",))
     files = set(closure(tuple(sorted(roots))))
-    files.update(COMMON.glob("*.json"))
-    files.update((COMMON / "profiles").glob("*.json"))
+    files.update((COMMON / "engine").glob("*.json"))
+    files.update((COMMON / "engine" / "profiles").glob("*.json"))
     h = hashlib.sha256()
     for engine in ENGINES.values():  # doctor asks the engines' Pythons
         h.update(f"venv {engine.venv} {venv_spec(engine.venv)}\n".encode())

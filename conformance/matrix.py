@@ -23,12 +23,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from common.config_traits import config_traits, sharding
-from common.config_values import config_values
-from common.conformance_cells import fields_table
-from common.log import PREFIX
+from common.engine.conformance_cells import fields_table
+from common.engine.vllm_args import UserArgs
+from common.model.config_traits import config_traits, sharding
+from common.model.config_values import config_values
+from common.start.log import PREFIX
 from common.triage import scan, signatures
-from common.vllm_args import UserArgs
 from tests.cores import pin_env, rank_binds
 from tests.engine import vllm_cache
 from tests.engine_env import COMMON_ENV
@@ -44,8 +44,8 @@ WORKER = "conformance.engine_worker"
 
 
 def cell_values(config: Dict[str, Any], vllm: str, architecture: str, tp: int) -> Dict[str, List[str]]:
-    """The value classes a cell's saved config exercised (common/config_values.py), for the
-    fields its architecture's model code reads on that engine (common/model_fields.json)."""
+    """The value classes a cell's saved config exercised (common/model/config_values.py), for the
+    fields its architecture's model code reads on that engine (common/engine/model_fields.json)."""
     fields = fields_table().get("engines", {}).get(vllm, {}).get(architecture, [])
     return config_values(config, fields, None, int(tp or 1))
 

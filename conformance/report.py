@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from common.config_traits import differences
-from common.config_values import merge_coverage
+from common.model.config_traits import differences
+from common.model.config_values import merge_coverage
 
 from .cases import ENGINES, load_cases
 
@@ -92,9 +92,9 @@ def write_readme(results: Dict[str, Any]) -> None:
     README.write_text(pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n")
 
 
-CELLS = Path(__file__).resolve().parents[1] / "common" / "conformance_cells.json"
+CELLS = Path(__file__).resolve().parents[1] / "common" / "engine" / "conformance_cells.json"
 SCOPES = Path(__file__).resolve().parents[1] / "common" / "rules" / "support" / "scopes.py"
-# What doctor needs of a cell (common/conformance_cells.py).
+# What doctor needs of a cell (common/engine/conformance_cells.py).
 BAKED = ("architecture", "variant", "saved_by", "traits", "result", "code", "cause", "signal", "first_difference", "tp", "sharding")
 
 
@@ -129,7 +129,7 @@ def culprit_values(values: Dict[str, List[str]], coverage: Dict[str, List[str]])
 
 
 def baked(results: Dict[str, Any]) -> Dict[str, Any]:
-    """common/conformance_cells.json: per card, its engine, every cell doctor can match (a cell
+    """common/engine/conformance_cells.json: per card, its engine, every cell doctor can match (a cell
     that was not exact with its culprit traits), and per architecture and saver the value
     classes its exact cells covered."""
     cards_out: Dict[str, Any] = {}

@@ -142,11 +142,15 @@ def medians(cases: Dict[str, Callable[[], float]]) -> Dict[str, float]:
 # Bytes a preflight process reads (rchar), every module of the runtime package
 # imported first (not the entry points, which run on import): a module a rule imports only for
 # the models it concerns is code, not model data.
+# The runtime package's groups (common/model/, engine/, ...); an older tree (--tree) has none.
+GROUPS = ("model", "engine", "memory", "start", "doctor", "image_checks")
 READ_BYTES = (
     "import importlib, os, pkgutil, sys; import common, common.rules, common.vllm_plugin; "
-    "[importlib.import_module(f'{p.__name__}.{m.name}') for p in (common, common.rules, common.vllm_plugin) "
+    f"groups = [importlib.import_module('common.' + g) for g in {GROUPS!r} if os.path.isdir('common/' + g)]; "
+    "[importlib.import_module(f'{p.__name__}.{m.name}') for p in (common, common.rules, common.vllm_plugin, *groups) "
     "for m in pkgutil.iter_modules(p.__path__) if not m.ispkg and m.name not in ('__main__', 'bootstrap')]; "
-    "from common.preflight import build_plan; build_plan(sys.argv[1], 'nv-a100', [], os.environ); "
+    "importlib.import_module('common.start.preflight' if groups else 'common.preflight')"
+    ".build_plan(sys.argv[1], 'nv-a100', [], os.environ); "
     "print([l.split()[1] for l in open('/proc/self/io') if l.startswith('rchar')][0])"
 )
 
@@ -258,7 +262,7 @@ def doctor_folder(path: Path, count: int) -> Path:
 
 def doctor_figures(tmp: Path, tree: Path) -> Optional[Dict[str, float]]:
     """doctor over DOCTOR_MODELS models on DOCTOR_CARD: seconds (median) and engine processes per run."""
-    if not DOCTOR_PYTHON.exists() or not (tree / "common" / "doctor_many.py").exists():
+    if not DOCTOR_PYTHON.exists() or not any((tree / "common" / p).exists() for p in ("doctor/doctor_many.py", "doctor_many.py")):
         return None
     folder = doctor_folder(tmp / "submissions", DOCTOR_MODELS)
     starts = tmp / "engine-starts"

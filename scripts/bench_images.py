@@ -37,7 +37,7 @@ from tests.fixtures.factory import build as build_model  # noqa: E402
 from tests.images.containers import platform_run_kwargs  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 
-RUNTIME_FILE = Path("runtime") / "common" / "log.py"  # any file of the runtime package
+RUNTIME_FILE = Path("runtime") / "common" / "start" / "log.py"  # any file of the runtime package
 READY_TIMEOUT_S = 300
 
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from common.engines import checkout_venv, make_target
-from common.profile import load_profile
+from common.engine.engines import checkout_venv, make_target
+from common.engine.profile import load_profile
 from tests.engine_env import COMMON_ENV
 from tests.engine_hosts import forkable, host_for
 from tests.ports import free_port

@@ -173,7 +173,7 @@ def _shadows(entries: List[str]) -> bool:
 def _launch(args: List[str], env: Dict[str, str], mtimes: Dict[str, float]) -> int:
     """`python -m common launch -- ARGS` as the image's entrypoint runs it (common/cli.py), with
     the environment it was started with, its exec of vLLM run here."""
-    import common.launch as launch
+    import common.start.launch as launch
 
     real_exec = os.execvpe
 
@@ -278,7 +278,7 @@ def _read_line(conn: socket.socket) -> bytes:
 
 def main(argv: List[str]) -> int:
     preload()
-    import common.launch  # noqa: F401 - the launcher's own imports, paid once too
+    import common.start.launch  # noqa: F401 - the launcher's own imports, paid once too
 
     Host(argv[0]).serve()
     return 0

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from common.selftest import tree_digest  # noqa: F401 - one digest for the image's self-test and the tests
+from common.image_checks.selftest import tree_digest  # noqa: F401 - one digest for the image's self-test and the tests
 
 ROOT = Path(__file__).resolve().parents[1]
 

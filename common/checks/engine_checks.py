@@ -1,4 +1,4 @@
-"""Answer check requests with this interpreter's own transformers: the engine side of verify.py.
+"""Answer check requests with this interpreter's own transformers: the engine side of common/start/verify.py.
 
 usage: python engine_checks.py [REQUESTS.json]      (without a file: the JSON list on stdin)
 
@@ -216,10 +216,10 @@ def check_processor(request):
 def check_module(request):
     """Where an engine module's source is for this interpreter, found without importing it (a
     start-time engine patch, H1, is checked against the engine's file, not the caller's). The
-    lookup is common/patching.py's own, loaded by path so the runtime package is not imported."""
+    lookup is common/engine/patching.py's own, loaded by path so the runtime package is not imported."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "patching.py")
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "engine", "patching.py")
     spec = importlib.util.spec_from_file_location("_compat_patching", path)
     patching = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(patching)

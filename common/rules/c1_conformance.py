@@ -21,7 +21,7 @@ the engine lacks, a context longer than the engine derives) is that rule's.
 from __future__ import annotations
 
 from ..code_kinds import CHECK
-from ..conformance_cells import failing_start
+from ..engine.conformance_cells import failing_start
 from .support.base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start

@@ -15,7 +15,7 @@ engine's AutoConfig, which catches what a table cannot.
 from __future__ import annotations
 
 from ..code_kinds import CHECK
-from ..headsize import NESTED_TEXT_CONFIGS
+from ..model.headsize import NESTED_TEXT_CONFIGS
 from .support.base import Context, Outcome, Rule
 
 

@@ -16,8 +16,8 @@ engine refuses it as it would have.
 from __future__ import annotations
 
 from ..code_kinds import CHECK
-from ..context_length import derived_length, positive_number
-from ..headsize import attention_config
+from ..model.context_length import derived_length, positive_number
+from ..model.headsize import attention_config
 from .support.base import Context, Outcome, Rule
 
 TRUTHY = ("1", "true", "yes")

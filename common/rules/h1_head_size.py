@@ -14,8 +14,8 @@ function is the plain list it expects). An unknown head size changes nothing.
 
 from __future__ import annotations
 
-from ..attention_backends import forced_backend_accepts
-from ..headsize import detect_head_size
+from ..engine.attention_backends import forced_backend_accepts
+from ..model.headsize import detect_head_size
 from ..plan import Repair
 from .support.base import Context, Outcome, Rule
 
@@ -27,12 +27,12 @@ PAGED_ATTN_MODULE = "vllm.attention.ops.paged_attn"
 
 
 def add_paged_attn_head_size(size: int) -> Callable[[str], str]:
-    """A transform for common.patching: `size` into PagedAttention.get_supported_head_sizes."""
+    """A transform for common.engine.patching: `size` into PagedAttention.get_supported_head_sizes."""
 
     def transform(text: str) -> str:
         import ast
 
-        from ..patching import AnchorMissing, function_span, is_docstring  # only a start that patches pays for it
+        from ..engine.patching import AnchorMissing, function_span, is_docstring  # only a start that patches pays for it
 
         node, lines = function_span(text, "get_supported_head_sizes", cls="PagedAttention")
         body = [s for s in node.body if not is_docstring(s)]

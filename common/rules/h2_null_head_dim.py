@@ -12,7 +12,7 @@ model view on engines without a flag for it, and verified with the engine's tran
 
 from __future__ import annotations
 
-from ..headsize import attention_config, detect_head_size
+from ..model.headsize import attention_config, detect_head_size
 from ..plan import Repair
 from .support.base import Context, Outcome, Rule
 

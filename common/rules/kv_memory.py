@@ -30,7 +30,7 @@ TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict
 
-    from ..memory_fit import Assessment
+    from ..memory.memory_fit import Assessment
 
 
 class KvMemory(Rule):
@@ -51,7 +51,7 @@ class KvMemory(Rule):
         outcome = Outcome()
         if not ctx.doctor:
             return outcome
-        from ..memory_fit import assess
+        from ..memory.memory_fit import assess
 
         result = assess(ctx.model, ctx.profile, ctx.user, ctx.env, config_edits=ctx.config_edits)
         data = result.to_json()

@@ -30,10 +30,10 @@ rotates the fraction); the engine-wide window is off for all.
 
 from __future__ import annotations
 
-from ..headsize import attention_config
+from ..model.headsize import attention_config
 from ..vllm_plugin.compat_backports import BACKPORTS, ENV, fitting
 from ..vllm_plugin.compat_backports.layers.heads import widest_head_edits
-from ..vllm_args import int_arg, switch_arg
+from ..engine.vllm_args import int_arg, switch_arg
 from ..vllm_plugin.compat_plugin import PLUGIN_NAME
 from .support.base import Context, Outcome, Rule
 from .support.plugin import blocker, plugin_repair

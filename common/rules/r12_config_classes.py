@@ -15,7 +15,7 @@ architecture (R4, R10).
 
 from __future__ import annotations
 
-from ..headsize import NESTED_TEXT_CONFIGS
+from ..model.headsize import NESTED_TEXT_CONFIGS
 from .support.base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import re
 
-from ..chat_templates import CHATML, CHATML_MARKERS, PLAIN_ROLES, SAMPLE_CONVERSATION
+from ..engine.chat_templates import CHATML, CHATML_MARKERS, PLAIN_ROLES, SAMPLE_CONVERSATION
+from ..model.tokenizer_files import chat_template_source, token_text, tokenizer_config
 from ..plan import Repair
-from ..tokenizer_files import chat_template_source, token_text, tokenizer_config
 from .support.base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start

@@ -7,8 +7,8 @@ list into `additional_special_tokens` keeps 4.x's meaning and every special-toke
 into `{t: t}` would load, but invents attributes named like the tokens).
 """
 
+from ..model.tokenizer_files import special_token_strings, tokenizer_config
 from ..plan import Repair
-from ..tokenizer_files import special_token_strings, tokenizer_config
 from .support.base import Context, Outcome, Rule
 from .support.tokenizer_guard import tokenizer_hands_off
 

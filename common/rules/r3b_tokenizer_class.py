@@ -11,7 +11,7 @@ from __future__ import annotations
 
 
 from ..plan import Repair
-from ..tokenizer_files import tokenizer_config
+from ..model.tokenizer_files import tokenizer_config
 from .support.base import Context, Outcome, Rule
 from .support.tokenizer_guard import tokenizer_hands_off
 

@@ -16,8 +16,8 @@ written and gets nothing.
 
 from __future__ import annotations
 
+from ..model.tokenizer_files import token_for_id
 from ..plan import Repair
-from ..tokenizer_files import token_for_id
 from .support.base import Context, Outcome, Rule
 from .support.tokenizer_guard import tokenizer_hands_off
 

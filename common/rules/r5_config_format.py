@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 
-from ..headsize import NESTED_TEXT_CONFIGS as NESTED
+from ..model.headsize import NESTED_TEXT_CONFIGS as NESTED
 from ..plan import Repair
 from .support.base import Context, Outcome, Rule
 
@@ -183,7 +183,7 @@ class ConfigFormat(Rule):
         repair = Repair(self.code, self.title, self._detail(lost, version))
         if nested_edits:
             # No flag carries a nested value: the whole repair goes through a rewritten config.json
-            # (--hf-config-path or a model view, common/model_view.py).
+            # (--hf-config-path or a model view, common/start/model_view.py).
             top = {key: value for key, value in lost.items() if "." not in key}
             repair.config_edits = dict(top, **nested_edits)
         elif ctx.profile.accepts("hf_overrides"):

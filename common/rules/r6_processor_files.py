@@ -12,15 +12,15 @@ Where it does not, the repair is a model view with the legacy files written from
 (an image processor class named after a transformers-5 backend mapped to the name the old
 transformers has), verified by the engine's transformers loading the processor from the view.
 A transformers-5 tokenizer beside any processor (either form) is the routing's, not this rule's:
-the tokenizer overlay's rewritten files are laid into the view too (common/model_view.py), since
+the tokenizer overlay's rewritten files are laid into the view too (common/start/model_view.py), since
 on vLLM 0.11 a repaired `--tokenizer` alone still dies in the processor (`Failed to load the
 processor`, caused by `Tokenizer class TokenizersBackend does not exist`).
 """
 
 from __future__ import annotations
 
+from ..model.processor_files import LEGACY_FILES, PROCESSOR_CONFIG, TYPE_KEYS, processor_check
 from ..plan import Repair
-from ..processor_files import LEGACY_FILES, PROCESSOR_CONFIG, TYPE_KEYS, processor_check
 from .support.base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start

@@ -25,13 +25,13 @@ SHIMMED_MODULES = {
 
 def module_present(dotted: str) -> bool:
     """Whether `dotted` exists as a file or package under its top-level package (no import)."""
-    from ..patching import module_location  # past the architecture test: other models never pay for it
+    from ..engine.patching import module_location  # past the architecture test: other models never pay for it
 
     return module_location(dotted) is not None
 
 
 def engine_imports(model_file: str, dotted: str) -> bool:
-    from ..patching import package_dir  # past the architecture test: other models never pay for it
+    from ..engine.patching import package_dir  # past the architecture test: other models never pay for it
 
     vllm_dir = package_dir("vllm")
     if vllm_dir is None:

@@ -54,7 +54,7 @@ def tensor_shapes(ctx: Context) -> Tuple[Dict[str, Optional[List[int]]], str, Li
     With an index the names are its weight_map; the header of the file holding the first fused
     tensor then confirms that tensor's shape (one header, however many shards). Without one, the
     headers of the top-level *.safetensors files."""
-    from ..safetensors_header import INDEX, read_header, weight_files, weight_map
+    from ..model.safetensors_header import INDEX, read_header, weight_files, weight_map
 
     mapping, problem = weight_map(ctx.model)
     problems = [problem.message()] if problem is not None else []

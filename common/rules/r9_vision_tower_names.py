@@ -61,7 +61,7 @@ class VisionTowerNames(Rule):
         scheme = scheme_for(config)
         if scheme is None:
             return outcome  # not a family transformers 5 saves flat: nothing is read
-        from ..safetensors_header import tensor_names
+        from ..model.safetensors_header import tensor_names
 
         names, where, problems = tensor_names(ctx.model)
         for problem in problems:

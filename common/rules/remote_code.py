@@ -15,7 +15,7 @@ says so before the platform tries. With the flag given, the model is judged as u
 from __future__ import annotations
 
 from ..code_kinds import CHECK
-from ..tokenizer_files import tokenizer_config
+from ..model.tokenizer_files import tokenizer_config
 from .support.base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start

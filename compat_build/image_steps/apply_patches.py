@@ -12,7 +12,7 @@ import sys
 from typing import List
 
 from common.codes import BUILD, BUILD_CHECK, lookup
-from common.patching import PatchError, module_file, patch_file
+from common.engine.patching import PatchError, module_file, patch_file
 
 from ..patches import PATCHES
 

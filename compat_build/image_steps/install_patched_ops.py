@@ -14,7 +14,7 @@ import os
 import shutil
 import sys
 
-from common.patching import PatchError, module_location, patch_file
+from common.engine.patching import PatchError, module_location, patch_file
 
 
 def find_package_dir(dotted: str) -> str:

@@ -3,7 +3,7 @@ compat_build/image_steps/apply_patches.py. A card names the codes it needs in it
 ([build] patches); what each code is for is in the registry (`python3 -m common explain L1`).
 
 Each module gives MODULE (found through the image's Python) and `transform(text) -> text` for the
-shared helper common.patching. A patch only one card needs lives in that card's patches/ folder.
+shared helper common.engine.patching. A patch only one card needs lives in that card's patches/ folder.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ every id stays the one the author saved; a dict keeps 4.x's meaning (attribute n
 
 from __future__ import annotations
 
-from common.patching import AnchorMissing, function_span, is_docstring
+from common.engine.patching import AnchorMissing, function_span, is_docstring
 
 MARKER = "enginex-compat L1"
 BLOCK = f"""\

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from common.patching import AnchorMissing, function_span
+from common.engine.patching import AnchorMissing, function_span
 
 MODULE = "vllm.v1.attention.backends.triton_attn"
 # A fixed list of head sizes in the Triton backend would reject sizes vLLM 0.11.0 serves.

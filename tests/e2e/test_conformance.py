@@ -16,8 +16,8 @@ from typing import Dict, List
 
 import pytest
 
-from common.conformance_cells import CELLS_FILE
-from common.profile import load_profile
+from common.engine.conformance_cells import CELLS_FILE
+from common.engine.profile import load_profile
 from conformance import report
 from conformance.cases import AUTHOR, ENGINES, PLATFORM_ARGS, load_cases, tensor_parallel, tp_sizes
 from conformance.image_changes import IMAGE_ENGINES, image_change_cells

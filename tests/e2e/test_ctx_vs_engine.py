@@ -91,10 +91,10 @@ def engine_says(engine, pairs: List[Tuple[Path, int]]) -> List[Dict]:
 
 
 def we_say(card: str, model: Path, max_len: int) -> List[dict]:
-    from common.modeldir import ModelDir
-    from common.profile import load_profile
+    from common.model.modeldir import ModelDir
+    from common.engine.profile import load_profile
     from common.rules.support.base import Context
-    from common.vllm_args import UserArgs
+    from common.engine.vllm_args import UserArgs
 
     ctx = Context(ModelDir(str(model)), load_profile(card), {}, UserArgs(["--max-model-len", str(max_len)]), {})
     return [f.to_json() for f in RULE.check(ctx).findings]

@@ -22,11 +22,11 @@ from typing import Dict, List
 
 import pytest
 
-from common.memory_fit import Device, assess
-from common.modeldir import ModelDir
-from common.profile import load_profile
+from common.memory.memory_fit import Device, assess
+from common.model.modeldir import ModelDir
+from common.engine.profile import load_profile
 from common.triage import triage_file
-from common.vllm_args import UserArgs
+from common.engine.vllm_args import UserArgs
 from tests.engine import COMMON_ENV, ENGINE_055, ENGINE_0110, ROOT, free_port
 from tests.fixtures.shapes import LLAMA_31_8B, write_model
 

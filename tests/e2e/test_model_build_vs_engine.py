@@ -36,7 +36,7 @@ from typing import Dict
 
 import pytest
 
-from common.selftest import tree_digest
+from common.image_checks.selftest import tree_digest
 from tests.engine import ENGINE_055, ENGINE_0110, ENGINE_NEXT, ROOT
 from tests.fixtures.committed import COMMITTED
 from tests.fixtures.factory import build

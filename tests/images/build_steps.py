@@ -8,7 +8,7 @@ from typing import Dict
 import pytest
 from docker.errors import ImageNotFound
 
-from common.patching import BACKUP_SUFFIX
+from common.engine.patching import BACKUP_SUFFIX
 from compat_build.patches.l1_special_tokens_list import MARKER as L1_MARKER
 from tests.images.conftest import IMAGE_HOME, in_image
 

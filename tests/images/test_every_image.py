@@ -115,8 +115,8 @@ def test_the_profile_is_baked_from_the_images_own_engine(images, containers, car
     but where the image's build patches change what the engine reads (tests/images/cards.py). A
     given image's engine is not the committed profile's CPU stand-in: skipped for it."""
     tag = images.built_here(card)["tag"]
-    baked = json.loads(in_image(containers, tag, "profile", "cat", f"{IMAGE_HOME}/common/profiles/{card}.json"))
-    committed = json.loads((ROOT / "common" / "profiles" / f"{card}.json").read_text())
+    baked = json.loads(in_image(containers, tag, "profile", "cat", f"{IMAGE_HOME}/common/engine/profiles/{card}.json"))
+    committed = json.loads((ROOT / "common" / "engine" / "profiles" / f"{card}.json").read_text())
     baked_flat, committed_flat = dict(_flatten(baked)), dict(_flatten(committed))
     differences = {
         key: (committed_flat.get(key), baked_flat.get(key))
@@ -124,7 +124,7 @@ def test_the_profile_is_baked_from_the_images_own_engine(images, containers, car
         if baked_flat.get(key) != committed_flat.get(key)
     }
     assert differences == baked_differences(card)
-    assert in_image(containers, tag, "image-card", "cat", f"{IMAGE_HOME}/common/profiles/IMAGE_CARD").strip() == card
+    assert in_image(containers, tag, "image-card", "cat", f"{IMAGE_HOME}/common/engine/profiles/IMAGE_CARD").strip() == card
 
 
 @pytest.mark.parametrize("card", CARDS)
@@ -133,7 +133,7 @@ def test_every_build_step_ran_in_the_image(images, docker_client, card):
     (a failing step would have failed the build)."""
     entry = manifest.load().cards[card]
     history = " ".join(layer.get("CreatedBy", "") for layer in docker_client.images.get(images[card]["tag"]).history())
-    assert "compat_build.image_steps.bake_profile" in history and "common.vllm_plugin_check" in history
+    assert "compat_build.image_steps.bake_profile" in history and "common.image_checks.vllm_plugin_check" in history
     library = [code for code in entry.build_patches if code != "L3"]
     if library:
         assert f"compat_build.image_steps.apply_patches {' '.join(library)}" in history

@@ -103,11 +103,14 @@ HOME = "/opt/enginex-compat"
 BREAKAGES = {
     # The profile of another card baked into the image (the preflight then plans for that card too).
     "another-cards-profile": (
-        f'RUN sed -i \'s/"card": "{CARD}"/"card": "hygon-k100"/\' {HOME}/common/profiles/{CARD}.json',
+        f'RUN sed -i \'s/"card": "{CARD}"/"card": "hygon-k100"/\' {HOME}/common/engine/profiles/{CARD}.json',
         ["profile", "v5-generic"],
     ),
     # A runtime package that does not import: the entrypoint starts vLLM untouched.
-    "runtime-does-not-import": (f"RUN echo 'this is not python(' >> {HOME}/common/launch.py", ["import", "v5-generic", "457-generic"]),
+    "runtime-does-not-import": (
+        f"RUN echo 'this is not python(' >> {HOME}/common/start/launch.py",
+        ["import", "v5-generic", "457-generic"],
+    ),
     # Labelled for another card: never even started.
     "labelled-for-another-card": ("LABEL io.enginex.card=hygon-k100", []),
 }

@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from common.selftest import SHELL_VARS
+from common.image_checks.selftest import SHELL_VARS
 from common.triage import triage_file
 from compat_build import manifest
 from tests.engine import ENGINES, COMMON_ENV

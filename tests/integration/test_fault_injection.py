@@ -4,7 +4,7 @@ unwritable dirs, a read-only model), as this user and, when that is root, as `no
 Every case ends in the exec of vLLM with the user's arguments, unchanged and last, and an
 environment with nothing added (this model's repairs on nv-a100 set no variable).
 
-The steps are found, not listed: every function `common.preflight` holds (its own and those it
+The steps are found, not listed: every function `common.start.preflight` holds (its own and those it
 imports), the ModelDir reads, every registered rule's check and the launcher's environment
 read; a step added or renamed is covered without touching this file.
 """
@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-import common.preflight as preflight
+import common.start.preflight as preflight
 from common.rules import REGISTRY, Scoped
 from tests.helpers import tree_digest
 from tests.launcher_harness import Sandbox, nobody_skip_reason
@@ -26,12 +26,12 @@ HANG_TIMEOUT = "0.5"
 
 
 def steps():
-    found = [f"common.preflight:{name}" for name, obj in sorted(vars(preflight).items()) if inspect.isfunction(obj)]
-    found += [f"common.modeldir:ModelDir.{name}" for name in ("listing_problem", "names", "state", "read_json", "read_text")]
+    found = [f"common.start.preflight:{name}" for name, obj in sorted(vars(preflight).items()) if inspect.isfunction(obj)]
+    found += [f"common.model.modeldir:ModelDir.{name}" for name in ("listing_problem", "names", "state", "read_json", "read_text")]
     # A scoped entry's own check (its scope test) and its rule's, imported here as a scope would.
     rules = [rule for entry in REGISTRY for rule in ([entry, entry.rule] if isinstance(entry, Scoped) else [entry])]
     found += list(dict.fromkeys(f"{type(rule).__module__}:{type(rule).__name__}.check" for rule in rules))
-    found.append("common.launch:original_environ")
+    found.append("common.start.launch:original_environ")
     return found
 
 
@@ -100,9 +100,9 @@ ENVIRONMENTS = {
     "work dir unwritable": {"env": {"COMPAT_WORK_DIR": "/proc/self/none", "TMPDIR": "/proc/self/none"}},
     "no work dir anywhere": {
         "env": {"COMPAT_WORK_DIR": "/proc/self/none", "TMPDIR": "/proc/self/none"},
-        "faults": [("common.workdir:FALLBACK_ROOTS", "value:[]")],
+        "faults": [("common.start.workdir:FALLBACK_ROOTS", "value:[]")],
     },
-    "full disk": {"faults": [("common.workdir:_fresh_dir", "enospc")]},
+    "full disk": {"faults": [("common.start.workdir:_fresh_dir", "enospc")]},
     "work dir in the model": {"env": {"COMPAT_WORK_DIR": "{model}/work", "TMPDIR": "{model}"}},
     "cwd removed": {"faults": [("os:getcwd", "enospc")]},
     "bad COMPAT_TIMEOUT": {"env": {"COMPAT_TIMEOUT": "inf"}},
@@ -159,4 +159,4 @@ def test_a_model_the_user_cannot_write_or_read_still_starts(models, case):
 def test_the_step_list_is_not_empty():
     """The discovery above found the pipeline (a refactor that hides it would make this vacuous)."""
     assert len(STEPS) > 15 and any(s.endswith(":build_plan") for s in STEPS)
-    assert sys.modules["common.preflight"] is preflight
+    assert sys.modules["common.start.preflight"] is preflight

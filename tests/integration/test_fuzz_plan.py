@@ -26,12 +26,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 
-import common.launch as launch_module
+import common.start.launch as launch_module
 from common import cli
+from common.engine.profile import load_profile
+from common.engine.vllm_args import UserArgs, flag_name
 from common.plan import Plan
-from common.preflight import build_plan
-from common.profile import load_profile
-from common.vllm_args import UserArgs, flag_name
+from common.start.preflight import build_plan
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "0")) or None
 COUNT = {"examples": 0}

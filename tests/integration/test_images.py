@@ -67,7 +67,7 @@ def test_rendered_context_is_complete_and_lint_clean(tmp_path, card):
 
     assert copy_sources_missing(str(ctx)) == []
     runtime = ctx / "runtime" / "common"
-    assert (runtime / "launch.py").is_file() and (runtime / "rules" / "r2_chat_template.py").is_file()
+    assert (runtime / "start" / "launch.py").is_file() and (runtime / "rules" / "r2_chat_template.py").is_file()
     assert not (runtime / "tests").exists() and not list((runtime / "profiles").glob("*.json"))
     assert filecmp.cmp(ctx / "entrypoint.sh", ROOT / "common" / "entrypoint.sh", shallow=False)
     # The self-test's models: the committed fixtures, byte for byte, copied into the image.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from common.profile import load_profile
+from common.engine.profile import load_profile
 from compat_build import manifest, model_fields, profiles
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,8 +196,8 @@ def test_a_card_variant_is_the_card_with_its_own_engine(tmp_path):
     reason="engine and author venvs not built: run `make envs`",
 )
 def test_the_committed_field_table_is_what_the_model_code_reads(capsys):
-    """common/model_fields.json (what each architecture's model code reads, per engine: the
+    """common/engine/model_fields.json (what each architecture's model code reads, per engine: the
     fields doctor's `proven` must see covered) is the one the engines' and authors' sources give."""
     assert model_fields.main(["--check"]) == 0, capsys.readouterr().out
-    table = json.loads((ROOT / "common" / "model_fields.json").read_text())["engines"]
+    table = json.loads((ROOT / "common" / "engine" / "model_fields.json").read_text())["engines"]
     assert "hidden_act" in table["0.5.5"]["LlamaForCausalLM"] and "rope_scaling" in table["0.11.0"]["LlamaForCausalLM"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from common.launch import PreflightTimeout
+from common.start.launch import PreflightTimeout
 from tests.helpers import model_dir, tree_digest
 from tests.launcher_harness import ROOT, SHELL_VARS, Sandbox
 
@@ -80,7 +80,7 @@ def test_timeout_is_a_deadline_a_rule_cannot_swallow(sandbox):
     used to swallow the timeout and leave the preflight running with no alarm."""
     assert issubclass(PreflightTimeout, BaseException) and not issubclass(PreflightTimeout, Exception)
     box = sandbox()
-    result = box.launch(USER_ARGS, box.env(COMPAT_TIMEOUT="1"), faults=[("common.preflight:gather_facts", "swallow")])
+    result = box.launch(USER_ARGS, box.env(COMPAT_TIMEOUT="1"), faults=[("common.start.preflight:gather_facts", "swallow")])
     assert result.elapsed < 10, result.stderr
     assert result.argv[-len(USER_ARGS) :] == USER_ARGS
 
@@ -346,7 +346,7 @@ def test_metadata_that_would_take_gigabytes_is_not_parsed(tmp_path):
     files = {name: blob for name in ("config.json", "tokenizer_config.json", "generation_config.json")}
     model = model_dir(tmp_path / "m", files)
     code = (
-        "import re, sys; from common.preflight import build_plan; from common.modeldir import ModelDir; "
+        "import re, sys; from common.start.preflight import build_plan; from common.model.modeldir import ModelDir; "
         "m = ModelDir(sys.argv[1]); [m.read_json(n) for n in ('config.json', 'tokenizer_config.json', 'generation_config.json')]; "
         "p = build_plan(sys.argv[1], 'nv-a100', [], {'COMPAT_WORK_DIR': sys.argv[2]}); "
         # VmHWM is this program's own peak; getrusage's maxrss keeps the peak of the process that
@@ -414,7 +414,7 @@ def test_no_writable_work_dir_keeps_the_repairs_that_need_no_file(sandbox):
     for name in ("chat_template.jinja", "chat_template.json"):
         (box.model / name).unlink(missing_ok=True)
     env = box.env(COMPAT_WORK_DIR="/proc/no-such-dir", TMPDIR="/proc/no-such-dir", COMPAT_ENGINE_PYTHON=sys.executable)
-    result = box.launch(USER_ARGS, env, faults=[("common.workdir:FALLBACK_ROOTS", "value:[]")])
+    result = box.launch(USER_ARGS, env, faults=[("common.start.workdir:FALLBACK_ROOTS", "value:[]")])
     assert result.argv[1:] == ["serve", str(box.model)] + R5_ARGS + USER_ARGS, result.stderr
     assert "no writable work directory" in result.stderr
     assert "R2 dropped" in result.stderr and "R3+R3b dropped" in result.stderr

@@ -181,7 +181,8 @@ def test_unreadable_directory_is_logged(tmp_path, monkeypatch, capsys):
     """A directory that cannot be listed (chmod 000 for a non-root user) is a log line, not a crash."""
     import io
 
-    from common import log, triage
+    from common import triage
+    from common.start import log
 
     logged = io.StringIO()
     monkeypatch.setattr(log, "_stream", logged)

@@ -4,7 +4,7 @@ cache by one head_dim, so the config the engine reads says the widest, each laye
 
 import pytest
 
-from common.profile import Profile
+from common.engine.profile import Profile
 from common.vllm_plugin.compat_backports.layers.heads import kv_producers, layer_heads, widest_head_edits
 
 from .test_r10_rule import outcome_on, profile_data
@@ -81,10 +81,10 @@ def test_sharing_without_a_layer_to_read_from_is_refused(shared):
 
 
 def test_r10_writes_the_widest_head_and_h1_judges_it(tmp_path):
-    from common.facts import gather_facts
-    from common.modeldir import ModelDir
+    from common.model.facts import gather_facts
+    from common.model.modeldir import ModelDir
     from common.rules import Context, h1_head_size, r10_backport
-    from common.vllm_args import UserArgs
+    from common.engine.vllm_args import UserArgs
 
     from tests.helpers import model_dir
 

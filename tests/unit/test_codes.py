@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from common import codes
-from common.preflight import build_plan
+from common.start.preflight import build_plan
 from common.rules import REGISTRY
 from tests.helpers import model_dir
 from common.triage import signatures

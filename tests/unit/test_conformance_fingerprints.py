@@ -32,8 +32,8 @@ def test_every_committed_cell_proves_the_code_that_runs():
 def test_a_cells_path_is_its_launcher_repairs_plugin_and_its_own_backport():
     files = rel(fp.path_files("iluvatar-bi100", "Qwen3ForCausalLM"))
     on_path = {
-        "common/launch.py",
-        "common/preflight.py",
+        "common/start/launch.py",
+        "common/start/preflight.py",
         "common/rules/r10_backport.py",  # a repair, registered by name
         "common/vllm_plugin/compat_plugin.py",
         "common/vllm_plugin/compat_backports/qwen3.py",  # the architecture's backport
@@ -41,7 +41,7 @@ def test_a_cells_path_is_its_launcher_repairs_plugin_and_its_own_backport():
         "common/vllm_plugin/compat_backports/layers/heads.py",  # what a repair imports (R10)
         "common/shims/ixformer/contrib/vllm/layers.py",
         "cards/iluvatar-bi100/card.toml",
-        "common/profiles/iluvatar-bi100.json",
+        "common/engine/profiles/iluvatar-bi100.json",
         "conformance/engine_worker.py",
     }
     assert on_path <= files, on_path - files
@@ -49,8 +49,8 @@ def test_a_cells_path_is_its_launcher_repairs_plugin_and_its_own_backport():
         "common/vllm_plugin/compat_backports/gemma4.py",  # another family's backport
         "common/rules/c1_conformance.py",  # checks only find; the launcher execs whatever they say
         "common/rules/kv_memory.py",
-        "common/doctor.py",
-        "common/model_build.py",
+        "common/doctor/doctor.py",
+        "common/doctor/model_build.py",
         "cards/nv-a100/card.toml",
     }
     assert not off_path & files, off_path & files
@@ -74,11 +74,11 @@ def test_a_change_on_the_path_changes_the_fingerprint_and_one_off_it_does_not(mo
     backports = "common/vllm_plugin/compat_backports"
     for name, changes in (
         (f"{backports}/qwen3.py", True),
-        ("common/launch.py", True),
+        ("common/start/launch.py", True),
         ("cards/iluvatar-bi100/card.toml", True),
         ("envs/engine055/install.sh", False),  # the venv's spec counts through venv_spec, below
         (f"{backports}/gemma4.py", False),
-        ("common/doctor.py", False),
+        ("common/doctor/doctor.py", False),
     ):
         monkeypatch.setattr(fp, "_file_hash", edited(name))
         assert (fp.fingerprint(case, "v5", engine, "iluvatar-bi100") != before) is changes, name

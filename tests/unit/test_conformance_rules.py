@@ -3,13 +3,13 @@ cell, C1's findings for cells that were not exact, and `tokens` in doctor's answ
 
 import pytest
 
-from common import conformance_cells
-from common.config_traits import config_traits
-from common.modeldir import ModelDir
-from common.profile import load_profile
+from common.engine import conformance_cells
+from common.model.config_traits import config_traits
+from common.model.modeldir import ModelDir
+from common.engine.profile import load_profile
 from common.rules.support.base import Context
 from common.rules.c1_conformance import RULE
-from common.vllm_args import UserArgs
+from common.engine.vllm_args import UserArgs
 
 from tests.helpers import model_dir, run_common
 

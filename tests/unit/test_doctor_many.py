@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from common import doctor_many
+from common.doctor import doctor_many
 
 from tests.helpers import model_dir, run_common
 
@@ -124,7 +124,7 @@ def test_a_model_that_breaks_doctor_is_a_row_with_its_error(tmp_path, models, en
 def test_a_crash_in_the_engine_process_costs_one_models_verdict(tmp_path, env_for_tests):
     """The shared engine process dies on one request: that request fails, the rest are answered
     by a fresh process (never judged by another model's crash)."""
-    from common.verify import run_checks_of_many
+    from common.start.verify import run_checks_of_many
 
     python, log = counting_python(tmp_path, "crashing")
     # A stand-in engine Python: dies on the request naming the module `boom`, else the real one.

@@ -205,8 +205,8 @@ def test_iluvatar_without_vllm_installed_cannot_check_h1(tmp_path, env_for_tests
 @needs_upstream
 def test_a_failing_engine_patch_costs_only_its_own_repair(tmp_path, monkeypatch, env_for_tests):
     """A bug in a patch transform drops H1 with a finding; the other repairs still reach vLLM."""
-    from common.preflight import build_plan
     from common.rules import h1_head_size
+    from common.start.preflight import build_plan
 
     def broken(size):
         def transform(text):

@@ -1,6 +1,6 @@
 import pytest
 
-from common.headsize import detect_head_size
+from common.model.headsize import detect_head_size
 
 
 @pytest.mark.parametrize(

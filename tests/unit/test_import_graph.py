@@ -67,7 +67,7 @@ def graph() -> Dict[str, Set[str]]:
 def test_the_graph_is_read_from_real_imports():
     edges = graph()
     assert len(edges) > 100
-    assert "common/preflight.py" in edges["common/launch.py"]
+    assert "common/start/preflight.py" in edges["common/start/launch.py"]
     # an import inside a function counts: R4 reads the backports' table only when it runs
     assert "common/vllm_plugin/compat_backports/__init__.py" in edges["common/rules/r4_architectures.py"]
     # `from . import scopes` is the submodule; `from .base import Rule` the module it names
@@ -80,3 +80,51 @@ def test_no_module_imports_from_a_layer_above_it():
     except graphlib.CycleError as exc:
         raise AssertionError(f"an import loop (each imports the next): {' -> '.join(exc.args[1])}") from None
     assert order
+
+
+# The groups of common/, bottom first: a group imports only from the groups before it (and from
+# the package's top-level modules: plan.py and code_kinds.py below the rules, codes.py above them).
+LAYERS = ("model", "engine", "memory", "rules", "start", "doctor")
+
+
+def package_graph() -> Dict[str, Set[str]]:
+    """common/'s imports between its groups: a folder of common/ is one node, a module at its top
+    level another (cli.py above all, plan.py, codes.py ...)."""
+
+    def node(path: str) -> Optional[str]:
+        parts = Path(path).parts
+        if parts[0] != "common":
+            return None
+        return parts[1] if len(parts) > 2 else parts[1].removesuffix(".py")
+
+    out: Dict[str, Set[str]] = {}
+    for path, targets in graph().items():
+        source = node(path)
+        if source is None:
+            continue
+        out.setdefault(source, set()).update(t for t in map(node, targets) if t is not None and t != source)
+    return out
+
+
+def test_the_package_graph_is_read_from_real_imports():
+    edges = package_graph()
+    assert set(LAYERS) | {"cli", "plan", "codes", "vllm_plugin", "checks", "image_checks"} <= set(edges)
+    assert "rules" in edges["start"] and "model" in edges["rules"] and "start" in edges["doctor"]
+
+
+def test_no_group_of_common_imports_from_a_group_that_imports_it():
+    try:
+        order = list(graphlib.TopologicalSorter(package_graph()).static_order())
+    except graphlib.CycleError as exc:
+        raise AssertionError(f"a loop between the groups of common/ (each imports the next): {' -> '.join(exc.args[1])}") from None
+    assert order
+
+
+def test_the_groups_import_only_down():
+    edges = package_graph()
+    up = [
+        f"common/{group}/ imports from common/{other}/"
+        for i, group in enumerate(LAYERS)
+        for other in sorted(edges.get(group, set()) & set(LAYERS[i + 1 :]))
+    ]
+    assert not up, up

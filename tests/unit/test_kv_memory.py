@@ -1,4 +1,4 @@
-"""doctor knows whether the model fits the card (rule KV, common/memory_fit.py): the weights from
+"""doctor knows whether the model fits the card (rule KV, common/memory/memory_fit.py): the weights from
 the safetensors headers, the KV cache of one request from config.json, by each engine's own rule,
 against the card's device and node. Models are metadata-only, made by code (sparse files)."""
 
@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from common import safetensors_header
-from common.kv_cache import layout
-from common.memory_fit import Device, assess, summary
-from common.modeldir import ModelDir
-from common.preflight import build_plan
-from common.profile import load_profile
+from common.model import safetensors_header
+from common.memory.kv_cache import layout
+from common.memory.memory_fit import Device, assess, summary
+from common.model.modeldir import ModelDir
+from common.start.preflight import build_plan
+from common.engine.profile import load_profile
 from common.rules.support.base import Context
 from common.rules.kv_memory import RULE
-from common.vllm_args import UserArgs
+from common.engine.vllm_args import UserArgs
 from tests.fixtures.shapes import (
     GATED_DELTA_ATTENTION,
     LLAMA_31_8B,
@@ -168,7 +168,7 @@ def test_weights_are_read_from_the_headers_only(shapes, monkeypatch):
         return fh
 
     monkeypatch.setattr(safetensors_header, "open", counting_open, raising=False)
-    from common import weight_bytes
+    from common.memory import weight_bytes
 
     weight_bytes._SUMMARIES.clear()
     judged(model, "nv-a100", [])

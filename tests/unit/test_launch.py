@@ -141,7 +141,7 @@ def test_entrypoint_execs_vllm_when_python_fails(models, env_for_tests, fake_vll
 
 def test_clean_path_imports_neither_transformers_nor_torch(models, env_for_tests):
     code = (
-        "import sys, os; from common.preflight import build_plan; "
+        "import sys, os; from common.start.preflight import build_plan; "
         f"p = build_plan({str(models('457-generic'))!r}, 'nv-a100', [], os.environ); "
         "assert p.args == [], p.args; "
         "print(sorted(m for m in ('transformers', 'torch', 'tokenizers') if m in sys.modules))"
@@ -175,9 +175,7 @@ def test_runtime_package_runs_on_python_310(models, env_for_tests, tmp_path):
 
 def test_exec_env_is_the_started_environment_not_pythons_coerced_copy(tmp_path):
     """PEP 538 coercion writes LC_CTYPE into os.environ; /proc/self/environ still holds the start."""
-    code = (
-        "import json, os; from common.launch import original_environ; print(json.dumps([os.environ.get('LC_CTYPE'), original_environ()]))"
-    )
+    code = "import json, os; from common.start.launch import original_environ; print(json.dumps([os.environ.get('LC_CTYPE'), original_environ()]))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env={"A": "1"}, capture_output=True, text=True, timeout=60)
     coerced, original = json.loads(proc.stdout)
     assert coerced == "C.UTF-8" and original == {"A": "1"}
@@ -186,7 +184,7 @@ def test_exec_env_is_the_started_environment_not_pythons_coerced_copy(tmp_path):
 def test_without_proc_the_coerced_locale_is_dropped(monkeypatch):
     import builtins
 
-    from common import launch as launch_module
+    from common.start import launch as launch_module
 
     real_open = builtins.open
     monkeypatch.setattr(
@@ -209,8 +207,8 @@ def test_without_proc_the_coerced_locale_is_dropped(monkeypatch):
     ],
 )
 def test_the_last_guard_lets_only_their_overrides_value_change(changed, ok):
-    from common.launch import _sane
     from common.plan import Plan
+    from common.start.launch import _sane
 
     plan = Plan(card="nv-a100", model_dir="/m")
     plan.args, plan.user_args = ["--chat-template", "/t"], changed

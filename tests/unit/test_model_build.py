@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from common import model_build
+from common.doctor import model_build
 from common.plan import Plan
 from common.triage import triage_file
-from common.verify import run_checks
+from common.start.verify import run_checks
 
 from tests.helpers import ROOT, run_common
 

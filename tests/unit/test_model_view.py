@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from common import preflight
+from common.start import preflight
 from common.plan import Plan
-from common.profile import PROFILE_DIR, Profile
+from common.engine.profile import PROFILE_DIR, Profile
 
 from tests.helpers import model_dir, tree_digest
 
@@ -157,7 +157,7 @@ def test_dry_runs_and_doctor_leave_nothing_behind(tmp_path, models, env_for_test
 
 def test_a_nested_value_the_engine_does_not_read_fails_verification():
     """The engine's answer for text_config.rope_theta is compared, not skipped."""
-    from common.model_view import _mismatch
+    from common.start.model_view import _mismatch
 
     edits = {"text_config": {"model_type": "llama", "rope_theta": 1e6, "rope_parameters": {"rope_theta": 1e6}}}
     assert _mismatch(edits, {}, {"attributes": {"rope_theta": 1e6}}) is None
@@ -167,7 +167,7 @@ def test_a_nested_value_the_engine_does_not_read_fails_verification():
 
 def test_two_repairs_of_one_nested_config_keep_both_keys():
     """R5 (rope) and H2 (head_dim) each give text_config whole: neither loses the other's key."""
-    from common.model_view import changed_names, merge_edits
+    from common.start.model_view import changed_names, merge_edits
     from common.plan import Repair
 
     text = {"model_type": "mistral", "hidden_size": 256}

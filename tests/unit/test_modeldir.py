@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from common.modeldir import JSON_MEMORY_CAP, JSON_SIZE_CAP, JSON_SIZE_CAPS, MAX_JSON_DEPTH, ModelDir, memory_cost
+from common.model.modeldir import JSON_MEMORY_CAP, JSON_SIZE_CAP, JSON_SIZE_CAPS, MAX_JSON_DEPTH, ModelDir, memory_cost
 
 from tests.helpers import model_dir, preflight_json, tree_digest
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.conformance_cells import judge
+from common.engine.conformance_cells import judge
 from tests.fixtures.published_configs import LLAMA_31_8B, PUBLISHED
 
 CARDS = ("iluvatar-bi100", "nv-a100", "hygon-k100", "nv-a100@next")

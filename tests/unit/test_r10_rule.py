@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from common.profile import PROFILE_DIR, Profile
+from common.engine.profile import PROFILE_DIR, Profile
 from common.rules.support.plugin import PLUGIN_DIR
 from common.triage import triage_file
 from common.vllm_plugin.compat_backports import BACKPORTS, ENV, LAYERS_055, fitting
@@ -41,10 +41,10 @@ def profile_data(card):
 
 def outcome_on(data, config, tmp_path, env=None):
     """(R10's outcome, R4's outcome) for `config` against a profile given as JSON (in-process)."""
-    from common.facts import gather_facts
-    from common.modeldir import ModelDir
+    from common.model.facts import gather_facts
+    from common.model.modeldir import ModelDir
     from common.rules import Context, r4_architectures, r10_backport
-    from common.vllm_args import UserArgs
+    from common.engine.vllm_args import UserArgs
 
     model = ModelDir(str(model_dir(tmp_path / "m", {"config.json": config})))
     ctx = Context(model=model, profile=Profile(data), facts=gather_facts(model), user=UserArgs([]), env=env or {})
@@ -218,7 +218,7 @@ def test_the_plugin_without_the_variable_imports_neither_torch_nor_vllm():
 def test_a_clean_start_never_imports_a_backport(env_for_tests):
     model = Path(ROOT) / "tests" / "fixtures" / "models" / "455-generic"
     code = (
-        "import sys, os; from common.preflight import build_plan; "
+        "import sys, os; from common.start.preflight import build_plan; "
         f"p = build_plan({str(model)!r}, 'iluvatar-bi100', [], os.environ); "
         "assert p.args == [] and p.env == {}, (p.args, p.env); "
         "print(sorted(m for m in sys.modules if 'backports.' in m or m in ('torch', 'vllm', 'ast')))"
@@ -390,10 +390,10 @@ def test_the_engines_own_class_serves_every_other_configuration(tmp_path, change
 
 
 def test_a_window_the_platforms_context_never_reaches_needs_no_backport(tmp_path):
-    from common.facts import gather_facts
-    from common.modeldir import ModelDir
+    from common.model.facts import gather_facts
+    from common.model.modeldir import ModelDir
     from common.rules import Context, r10_backport
-    from common.vllm_args import UserArgs
+    from common.engine.vllm_args import UserArgs
 
     model = ModelDir(str(model_dir(tmp_path / "m", {"config.json": MISTRAL_V01})))
     for args, repaired in ((["--max-model-len", "4096"], False), (["--max-model-len", "8192"], True)):
@@ -473,10 +473,10 @@ def test_qwen35_moe_gets_its_backport_on_the_engines_fused_moe(tmp_path):
 
 def qwen35_r10(tmp_path, args):
     """R10's outcome for Qwen3.5 on the BI-100 under the platform's `args`."""
-    from common.facts import gather_facts
-    from common.modeldir import ModelDir
+    from common.model.facts import gather_facts
+    from common.model.modeldir import ModelDir
     from common.rules import Context, r10_backport
-    from common.vllm_args import UserArgs
+    from common.engine.vllm_args import UserArgs
 
     model = ModelDir(str(model_dir(tmp_path / "m", {"config.json": QWEN35})))
     ctx = Context(model=model, profile=Profile(profile_data("iluvatar-bi100")), facts=gather_facts(model), user=UserArgs(args), env={})

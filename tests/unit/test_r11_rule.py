@@ -3,7 +3,7 @@ plugin, for the model types built on that layer; the card's own engine never doe
 
 import pytest
 
-from common.profile import load_profile
+from common.engine.profile import load_profile
 from common.vllm_plugin.compat_patches import cpu_moe as compat_cpu_moe
 
 from tests.helpers import ROOT, model_dir, preflight_json
@@ -45,10 +45,10 @@ def test_the_bi100_cpu_build_gets_grouped_experts_and_the_others_nothing(tmp_pat
 
 def test_a_card_engine_that_is_no_cpu_build_gets_nothing(tmp_path, env_for_tests, monkeypatch):
     """The image bakes its own engine's profile: the vendor's vLLM is no CPU build."""
-    from common.modeldir import ModelDir
+    from common.model.modeldir import ModelDir
     from common.rules.support.base import Context
     from common.rules.r11_cpu_moe import RULE
-    from common.vllm_args import UserArgs
+    from common.engine.vllm_args import UserArgs
 
     profile = load_profile("iluvatar-bi100")
     monkeypatch.setattr(profile, "cpu_build", False)

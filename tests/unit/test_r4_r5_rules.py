@@ -88,11 +88,11 @@ def test_malformed_architectures_is_a_finding(tmp_path, env_for_tests, value):
 
 def r4_on(profile_data, config, tmp_path):
     """R4's outcome for `config` against a profile given as JSON (in-process)."""
-    from common.facts import gather_facts
-    from common.modeldir import ModelDir
-    from common.profile import Profile
+    from common.engine.profile import Profile
+    from common.engine.vllm_args import UserArgs
+    from common.model.facts import gather_facts
+    from common.model.modeldir import ModelDir
     from common.rules import Context, r4_architectures
-    from common.vllm_args import UserArgs
 
     model = ModelDir(str(model_dir(tmp_path / "m", {"config.json": config})))
     ctx = Context(model=model, profile=Profile(profile_data), facts=gather_facts(model), user=UserArgs([]), env={})
@@ -100,7 +100,7 @@ def r4_on(profile_data, config, tmp_path):
 
 
 def profile_data(card):
-    from common.profile import PROFILE_DIR
+    from common.engine.profile import PROFILE_DIR
 
     with open(f"{PROFILE_DIR}/{card}.json", encoding="utf-8") as fh:
         return json.load(fh)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from common.modeldir import ModelDir
-from common.processor_files import has_processor, processor_check
-from common.profile import Profile, load_profile
+from common.model.modeldir import ModelDir
+from common.model.processor_files import has_processor, processor_check
+from common.engine.profile import Profile, load_profile
 from common.rules.support.base import Context
 from common.rules.r6_processor_files import LEGACY_FILES, RULE, legacy_class, legacy_files
 from common.triage import triage_file
@@ -183,7 +183,7 @@ def test_the_tokenizer_overlay_reaches_the_processor_through_a_view(tmp_path, en
 def test_bi100s_transformers_4_55_fails_on_the_model_and_loads_the_view(tmp_path, env):
     """transformers 4.55 has no fallback to the nested file: the model itself fails there
     (asked of the engine's own transformers), the view loads."""
-    from common.verify import run_checks
+    from common.start.verify import run_checks
 
     model = llava(tmp_path)
     plan = preflight_json(model, "iluvatar-bi100", env=dict(env, COMPAT_ENGINE_PYTHON=str(ENGINE055_PYTHON)))
@@ -235,7 +235,7 @@ def test_each_profile_says_whether_its_transformers_reads_the_nested_form(card, 
 
 
 def check_without_the_fact(model, fact):
-    data = json.loads((ROOT / "common" / "profiles" / "nv-a100.json").read_text())
+    data = json.loads((ROOT / "common" / "engine" / "profiles" / "nv-a100.json").read_text())
     data["engine"]["reads"].pop("nested_processor_config")
     if fact is not None:
         data["engine"]["reads"]["nested_processor_config"] = fact

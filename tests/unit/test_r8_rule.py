@@ -8,9 +8,9 @@ import struct
 
 import pytest
 
-from common.modeldir import ModelDir
+from common.model.modeldir import ModelDir
 from common.rules.support.plugin import PLUGIN_DIR
-from common.safetensors_header import HEADER_CAP, read_header
+from common.model.safetensors_header import HEADER_CAP, read_header
 from common.vllm_plugin import compat_fused_experts as plugin
 from common.vllm_plugin import compat_plugin
 
@@ -181,8 +181,9 @@ def test_doctor_starts_on_every_card_whose_engine_runs_plugins(tmp_path, env_for
     [("general_plugins", False, "error"), ("weights_iterator_hook", False, "error"), ("general_plugins", None, "unverified")],
 )
 def test_engine_without_plugins_fails_in_doctor(tmp_path, env_for_tests, monkeypatch, fact, value, severity):
-    from common import doctor, preflight
-    from common.profile import load_profile
+    from common.doctor import doctor
+    from common.start import preflight
+    from common.engine.profile import load_profile
 
     def profile_without(card):
         profile = load_profile(card)

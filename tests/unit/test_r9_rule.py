@@ -148,8 +148,9 @@ def test_vllm_plugins_filter_without_ours_is_an_error(tmp_path, env_for_tests):
     [("general_plugins", False, "error"), ("weights_iterator_hook", False, "error"), ("general_plugins", None, "unverified")],
 )
 def test_engine_without_plugins(tmp_path, env_for_tests, monkeypatch, fact, value, severity):
-    from common import doctor, preflight
-    from common.profile import load_profile
+    from common.doctor import doctor
+    from common.start import preflight
+    from common.engine.profile import load_profile
 
     def profile_without(card):
         profile = load_profile(card)

@@ -5,8 +5,8 @@ import json
 import subprocess
 import sys
 
-from common.processor_files import PROCESSOR_CONFIG
-from common.conformance_cells import table
+from common.model.processor_files import PROCESSOR_CONFIG
+from common.engine.conformance_cells import table
 from common.rules.c1_conformance import acts_on
 from common.rules import (
     C1_ARCHITECTURES,
@@ -36,14 +36,14 @@ NOT_ON_THE_CLEAN_PATH = (
     "common.rules.r10_backport",
     "common.rules.r11_cpu_moe",
     "common.rules.c1_conformance",
-    "common.conformance_cells",
-    "common.config_traits",
+    "common.engine.conformance_cells",
+    "common.model.config_traits",
     "common.rules.support.plugin",
-    "common.safetensors_header",
-    "common.patching",
-    "common.model_view",
-    "common.overlay",
-    "common.verify",
+    "common.model.safetensors_header",
+    "common.engine.patching",
+    "common.start.model_view",
+    "common.start.overlay",
+    "common.start.verify",
     "common.codes",
     "common.vllm_plugin",
 )
@@ -71,7 +71,7 @@ def test_a_clean_start_imports_no_scoped_rule(tmp_path, models):
     transformers 4 saves them): none of the modules only repairs and scoped rules need."""
     model = models("457-generic")
     code = (
-        "import json, os, sys; from common.preflight import build_plan; "
+        "import json, os, sys; from common.start.preflight import build_plan; "
         f"plan = build_plan({str(model)!r}, 'nv-a100', [], dict(os.environ, COMPAT_WORK_DIR={str(tmp_path / 'w')!r})); "
         "print(json.dumps({'args': plan.args, 'loaded': sorted(m for m in sys.modules if m.startswith('common'))}))"
     )
@@ -82,7 +82,7 @@ def test_a_clean_start_imports_no_scoped_rule(tmp_path, models):
 
 def test_a_model_in_scope_gets_the_rule(tmp_path, env_for_tests):
     """A fused Mixtral loads R8 and is repaired as before (the scope only decides the import)."""
-    from common.preflight import build_plan
+    from common.start.preflight import build_plan
 
     header = json.dumps({"model.layers.0.mlp.experts.gate_up_proj": {"dtype": "BF16", "shape": [4, 512, 256], "data_offsets": [0, 0]}})
     config = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 256, "num_attention_heads": 4}

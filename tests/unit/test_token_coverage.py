@@ -3,21 +3,23 @@ reads (at the tensor-parallel size asked, with the checkpoint's quantization), a
 difference fails the model wherever its culprit appears, whatever else the configuration says.
 
 The tables are baked by the matrix's own baker (conformance/report.py) from cells made here, and
-the fields are the generated common/model_fields.json, so these tests hold the real pipeline."""
+the fields are the generated common/engine/model_fields.json, so these tests hold the real pipeline."""
 
 import json
 
 import pytest
 
-from common import conformance_cells, doctor_many
-from common.config_traits import config_traits, sharding
-from common.config_values import config_values, uncovered, value_class
-from common.doctor import tokens_of
-from common.modeldir import ModelDir
-from common.profile import load_profile
+from common.doctor import doctor_many
+
+from common.engine import conformance_cells
+from common.model.config_traits import config_traits, sharding
+from common.model.config_values import config_values, uncovered, value_class
+from common.doctor.doctor import tokens_of
+from common.model.modeldir import ModelDir
+from common.engine.profile import load_profile
 from common.rules.support.base import Context
 from common.rules.c1_conformance import RULE as C1
-from common.vllm_args import UserArgs
+from common.engine.vllm_args import UserArgs
 from conformance.report import baked
 
 from tests.helpers import model_dir

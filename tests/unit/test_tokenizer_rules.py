@@ -211,6 +211,6 @@ def test_tiktoken_unknown_class_is_a_finding(tmp_path, env_for_tests):
     ],
 )
 def test_token_for_id_reads_what_tokenizer_json_holds_and_never_raises(tokenizer_json, token_id, text):
-    from common.tokenizer_files import token_for_id
+    from common.model.tokenizer_files import token_for_id
 
     assert token_for_id(tokenizer_json, token_id) == text

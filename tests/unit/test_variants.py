@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from common import doctor, profile
+from common.doctor import doctor
+
+from common.engine import profile
 
 from tests.helpers import model_dir
 
@@ -89,7 +91,7 @@ def test_a_variant_without_its_engines_python_is_unverified_not_judged_by_anothe
     assert data["variants"]["nv-a100@next"]["verdict"] == "unverified" and data["recommended"] is None
 
 
-# ---- which Python verifies each engine (common/engines.py) -----------------------------------
+# ---- which Python verifies each engine (common/engine/engines.py) -----------------------------------
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 ENGINE_VENVS = [CHECKOUT / name / "bin" / "python" for name in (".venv-engine", ".venv-engine-next")]
@@ -104,7 +106,7 @@ def fake_checkout(tmp_path, snapshot_env):
 
 
 def test_the_variable_wins_then_the_checkouts_venv_then_nothing_for_a_variant(tmp_path, monkeypatch):
-    from common import engines
+    from common.engine import engines
 
     # make profiles writes where this checkout keeps each card's engine (card.toml's snapshot_env).
     venvs = json.loads(Path(engines.ENGINE_VENVS).read_text())
@@ -127,7 +129,7 @@ def test_the_variable_wins_then_the_checkouts_venv_then_nothing_for_a_variant(tm
 
 
 def test_inside_an_image_its_own_python_is_the_default(tmp_path, monkeypatch):
-    from common import engines
+    from common.engine import engines
 
     root, _ = fake_checkout(tmp_path, ".venv-engine")
     monkeypatch.setattr(engines, "image_card", lambda: "nv-a100")

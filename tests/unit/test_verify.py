@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from common.verify import run_checks
+from common.start.verify import run_checks
 
 from tests.helpers import ROOT, model_dir, run_common
 

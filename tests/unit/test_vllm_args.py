@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.vllm_args import UNREADABLE, UserArgs, config_file_args, deep_merge, join_args
+from common.engine.vllm_args import UNREADABLE, UserArgs, config_file_args, deep_merge, join_args
 
 
 def test_user_flag_in_any_spelling_blocks_ours():

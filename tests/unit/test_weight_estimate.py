@@ -1,5 +1,5 @@
 """Memory without weights: a directory of config.json and tokenizer only (what users look at before
-they download) has its weights estimated from config.json's shapes (common/weight_estimate.py),
+they download) has its weights estimated from config.json's shapes (common/memory/weight_estimate.py),
 held against the exact figure the safetensors headers of the same config give, and judged by
 doctor's memory check as weights from headers are, saying "estimated"."""
 
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from common.memory_fit import assess, summary
-from common.modeldir import ModelDir
-from common.profile import load_profile
-from common.vllm_args import UserArgs
-from common.weight_bytes import read_weights
-from common.weight_estimate import estimate_weights
+from common.memory.memory_fit import assess, summary
+from common.model.modeldir import ModelDir
+from common.engine.profile import load_profile
+from common.engine.vllm_args import UserArgs
+from common.memory.weight_bytes import read_weights
+from common.memory.weight_estimate import estimate_weights
 from tests.fixtures.shapes import DEEPSEEK_V3, GATED_DELTA_ATTENTION, LLAMA_31_8B, MIXTRAL_8X7B, QWEN25_7B, SHAPES, TINY, write_model
 
 from tests.helpers import run_common

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 
 from ...code_kinds import RUNTIME
-from ...modeldir import ModelDir
+from ...model.modeldir import ModelDir
 from ...plan import Finding, Repair
-from ...profile import Profile
-from ...vllm_args import UserArgs
+from ...engine.profile import Profile
+from ...engine.vllm_args import UserArgs
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from ...tokenizer_files import remote_code_tokenizer
+from ...model.tokenizer_files import remote_code_tokenizer
 from .base import Context
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start

@@ -18,7 +18,7 @@ from FusedMoE's weights (`w13_weight`, `w2_weight`, `top_k`, `renormalize`), nev
 engine's own MoE. The copy goes on PYTHONPATH (one way an image puts a vLLM outside the
 interpreter's site-packages on the path), so the engine's `vllm` console script, its workers and the
 launcher's Python all import it, and R7 reads the copy's mixtral.py through
-`common.patching.package_dir("vllm")` exactly as it reads the card's.
+`common.engine.patching.package_dir("vllm")` exactly as it reads the card's.
 
 What is shown, with three vLLM starts (15-40 s each on two cores):
 1. vanilla `vllm serve` of the copy dies with `No module named 'ixformer'`, the traceback running

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 
-from .facts import gather_facts
+from ..model.facts import gather_facts
 from .log import say
-from .modeldir import ModelDir
-from .plan import Plan, Repair
-from .profile import load_profile
-from .rules import REGISTRY, Context
-from .vllm_args import UserArgs, join_args
+from ..model.modeldir import ModelDir
+from ..plan import Plan, Repair
+from ..engine.profile import load_profile
+from ..rules import REGISTRY, Context
+from ..engine.vllm_args import UserArgs, join_args
 from .workdir import make_run_dir
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
     from .model_view import Carried
-    from .profile import Profile
+    from ..engine.profile import Profile
 
 TOKENIZER_OVERLAY = "tokenizer"
 # One answer of the engine-side checks: (ok, reason, the check's whole answer).
@@ -210,7 +210,7 @@ def _materialize(pending: Pending, ask_engine_config: bool) -> None:
 
         tokenizer = pending.tokenizer = _build_tokenizer_overlay(plan, model)
         # The processor loads its tokenizer from the model path: a model with one gets the overlay's
-        # tokenizer files in a view too (common/model_view.py).
+        # tokenizer files in a view too (common/start/model_view.py).
         overlay_edits = _overlay_edits(tokenizer[1]) if tokenizer else None
         pending.carried = carry(plan, model, pending.profile, pending.user, overlay_edits, tokenizer[1] if tokenizer else None)
     carried, tokenizer = pending.carried, pending.tokenizer
@@ -253,7 +253,7 @@ def _registered_config_types(plan: Plan) -> List[str]:
     repairs = [r for r in plan.repairs if r.code == "R12"]
     if not repairs:
         return []  # the plugin's table is imported only for a model R12 repairs
-    from .vllm_plugin.compat_configs import ENV, parse
+    from ..vllm_plugin.compat_configs import ENV, parse
 
     return sorted({t for r in repairs for t in parse(r.env.get(ENV, ""))})
 
@@ -323,7 +323,7 @@ def _config_verdict(plan: Plan, ok: Optional[bool], reason: str) -> None:
 
 
 def _normalize(code: str) -> str:
-    from .codes import normalize  # the code registry: only a start with COMPAT_SKIP pays for it
+    from ..codes import normalize  # the code registry: only a start with COMPAT_SKIP pays for it
 
     return normalize(code)
 
@@ -334,7 +334,7 @@ def _skipped_codes(env: Mapping[str, str]) -> set:
     skipped = {_normalize(code) for code in env.get("COMPAT_SKIP", "").split(",") if code.strip()}
     if not skipped:
         return skipped
-    unknown = skipped - {_normalize(rule.code) for rule in REGISTRY} - {"MB"}  # MB: doctor's model build (model_build.py)
+    unknown = skipped - {_normalize(rule.code) for rule in REGISTRY} - {"MB"}  # MB: doctor's model build (common/doctor/model_build.py)
     if unknown:
         say(f"COMPAT_SKIP names {', '.join(sorted(unknown))}, which no runtime rule has; ignored")
     return skipped
@@ -359,7 +359,7 @@ def _write_work_file(plan: Plan, repair: Repair) -> None:
 def _engine_file(repair: Repair) -> str:
     """The engine module's file for this interpreter (the engine's own, inside the image); "" when
     it is not there (patch_file then names the problem)."""
-    from .patching import PatchError, module_file
+    from ..engine.patching import PatchError, module_file
 
     try:
         return module_file(repair.engine_patch[0])
@@ -370,7 +370,7 @@ def _engine_file(repair: Repair) -> str:
 def _patch_engine(plan: Plan, repair: Repair, path: str, write: bool) -> None:
     """Apply (launch) or check without writing (preflight) an edit of the engine's source file
     `path`; a missing file or anchor drops the repair with a finding that names them."""
-    from .patching import PatchError, patch_file
+    from ..engine.patching import PatchError, patch_file
 
     module, transform = repair.engine_patch
     try:

@@ -2,10 +2,10 @@
 
 `conformance_cells.json` (written by `make conformance` from conformance/results.json, baked into
 every image with this package) holds, per card, each cell's architecture, the traits of its
-configuration (config_traits.py), who saved it, its tensor-parallel size and its result; for a
+configuration (common/model/config_traits.py), who saved it, its tensor-parallel size and its result; for a
 cell that was not exact, its `culprit`: the traits in which it differs from the nearest exact
 cell of its architecture (none: no cell of the architecture is exact); and per architecture and
-saver, the `coverage`: every value class (config_values.py) its exact cells exercised.
+saver, the `coverage`: every value class (common/model/config_values.py) its exact cells exercised.
 
 tokens: "proven" only when the model's traits equal an exact cell's, saved by a transformers of
 its own major version (a config written by transformers 5 is read through the repairs of its
@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import os
 
-from .config_traits import config_traits, sharding
-from .config_values import config_values, uncovered
+from ..model.config_traits import config_traits, sharding
+from ..model.config_values import config_values, uncovered
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Check at image build that the image's Python finds the vLLM plugin (R8-R12) only when asked.
 
-usage: python3 -m common.vllm_plugin_check [PLUGIN_DIR]   (default: common/vllm_plugin)
+usage: python3 -m common.image_checks.vllm_plugin_check [PLUGIN_DIR]   (default: common/vllm_plugin)
 
 vLLM discovers general plugins through importlib.metadata entry points. The plugin is not
 installed: its directory holds a `*.dist-info` that the repairs put first on PYTHONPATH. With the
@@ -18,8 +18,8 @@ import subprocess
 import sys
 from typing import Dict, Optional
 
-from .vllm_plugin.compat_configs import CLASSES
-from .vllm_plugin.compat_configs import ENV as CONFIGS_ENV
+from ..vllm_plugin.compat_configs import CLASSES
+from ..vllm_plugin.compat_configs import ENV as CONFIGS_ENV
 
 GROUP = "vllm.general_plugins"
 NAME = "compat_weights"
@@ -50,7 +50,7 @@ def main(argv: list) -> int:
     if len(argv) > 1:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
-    argv = argv or [os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_plugin")]
+    argv = argv or [os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "vllm_plugin")]
     asked, unasked = probe(argv[0]), probe("")
     if asked != "1 True":
         print(

@@ -1,7 +1,7 @@
 """A configuration's values as the classes that decide which code path an engine takes.
 
 doctor's token layer is deny-by-default: a model is `proven` only when every value its
-architecture's model code reads (common/model_fields.json, generated from the engine's, the
+architecture's model code reads (common/engine/model_fields.json, generated from the engine's, the
 backport's and the author's source) was exercised by an exact conformance cell. Two values are
 the same for that purpose when they take the same path through the code:
   - a categorical value is itself: a string (an activation name, a rope kind, a layer type), a

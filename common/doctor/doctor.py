@@ -4,7 +4,7 @@ What would fail on this card's stack, what the image repairs (and whether the re
 and what remains. The verdicts promise:
   starts      every check passed and every repair verified with the engine's own transformers
               (its AutoConfig read config.json too), and the engine's own vLLM built its model
-              class for it on the meta device (MB, common/model_build.py): the engine gets past
+              class for it on the meta device (MB, common/doctor/model_build.py): the engine gets past
               the model's metadata to its weights. Exit 0.
   fails       something no repair fixes (an error finding: unknown architecture or model type,
               remote code without --trust-remote-code, an adapter, a quantization method the
@@ -13,8 +13,8 @@ and what remains. The verdicts promise:
               without the engine's packages, or a profile that lacks the fact). Never a guessed
               "starts". Exit 2.
 Usage errors exit 2 too. doctor leaves nothing behind (its work dir is removed unless kept).
-Each verdict names the Python that answered its checks (common/engines.py: the variable, the
-image's own, or the checkout's engine venv). Many models at once: common/doctor_many.py.
+Each verdict names the Python that answered its checks (common/engine/engines.py: the variable, the
+image's own, or the checkout's engine venv). Many models at once: common/doctor/doctor_many.py.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 import os
 
-from .plan import Plan
-from .preflight import build_plan
+from ..plan import Plan
+from ..start.preflight import build_plan
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -51,8 +51,8 @@ def examine(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[st
 
 def judge(data: Dict[str, Any]) -> Dict[str, Any]:
     """`data` (a plan's JSON) with its verdict and the codes that decide it."""
-    from .conformance_cells import tensor_parallel_size
-    from .vllm_args import UserArgs
+    from ..engine.conformance_cells import tensor_parallel_size
+    from ..engine.vllm_args import UserArgs
 
     failing = sorted({f["code"] for f in data["findings"] if f["severity"] == "error"})
     unverified = sorted(
@@ -79,10 +79,10 @@ def judge(data: Dict[str, Any]) -> Dict[str, Any]:
 def tokens_of(data: Dict[str, Any], tp: Optional[int] = None) -> Tuple[str, Optional[str], List[str]]:
     """Whether the conformance matrix proved the model's greedy tokens on the card ("proven",
     "differs", "unproven") at the platform's tensor-parallel size (or `tp`), the cell that says
-    so, and what no cell covered (deny by default: common/conformance_cells.py)."""
-    from .conformance_cells import judge_start
-    from .modeldir import ModelDir
-    from .vllm_args import UserArgs
+    so, and what no cell covered (deny by default: common/engine/conformance_cells.py)."""
+    from ..engine.conformance_cells import judge_start
+    from ..engine.vllm_args import UserArgs
+    from ..model.modeldir import ModelDir
 
     try:
         model = ModelDir(data["model_dir"])
@@ -152,7 +152,7 @@ def table(data: Dict[str, Any]) -> str:
             if smallest.get("open"):
                 lines.append("  not covered by any exact cell: " + "; ".join(smallest["open"]))
     if (data.get("memory") or {}).get("fits") is not None:
-        from .memory_fit import summary as memory_summary
+        from ..memory.memory_fit import summary as memory_summary
 
         lines.append(f"memory: {memory_summary(data['memory'])}")
     if data["verdict"] == "starts":
@@ -172,7 +172,7 @@ def table(data: Dict[str, Any]) -> str:
 
 def _fixes(codes: List[str]) -> List[str]:
     """What to do for each failing code, from the registry (`explain CODE` has the whole page)."""
-    from .codes import lookup
+    from ..codes import lookup
 
     lines = []
     for code in codes:
@@ -183,7 +183,7 @@ def _fixes(codes: List[str]) -> List[str]:
 
 
 def _python_text(engine: Dict[str, Any]) -> str:
-    from .engines import describe
+    from ..engine.engines import describe
 
     return describe(engine)
 
@@ -212,10 +212,10 @@ def summary(results: Dict[str, Dict[str, Any]], recommended: Optional[str]) -> s
 
 def run(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[str, str], as_json: bool, keep_work_dir: bool = False) -> int:
     """Every engine variant of `card` (only the one named, for `card@variant`), each verified with
-    its own engine's Python (common/engines.py); the answer is the recommended variant's, or the
+    its own engine's Python (common/engine/engines.py); the answer is the recommended variant's, or the
     card's default one when none starts."""
-    from .engines import resolve
-    from .profile import load_profile, variants_of
+    from ..engine.engines import resolve
+    from ..engine.profile import load_profile, variants_of
 
     names = variants_of(card)
     results: Dict[str, Dict[str, Any]] = {}

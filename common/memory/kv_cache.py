@@ -20,7 +20,7 @@ engine then refuses a --max-model-len is profile fact `memory.kv_check`, read fr
 
 from __future__ import annotations
 
-from .headsize import attention_config, detect_head_size
+from ..model.headsize import attention_config, detect_head_size
 from .memory_tables import (
     FALCON_TYPES,
     FP8_DS_MLA,

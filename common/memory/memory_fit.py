@@ -7,10 +7,10 @@ vLLM 0.5.5's determine_num_available_blocks and 0.11's determine_available_memor
 are captured after the KV cache is allocated and come out of the share the utilization leaves.
 A fixed KV space (vLLM 0.11's --kv-cache-memory-bytes; the CPU builds' VLLM_CPU_KVCACHE_SPACE)
 replaces that arithmetic. What one request of --max-model-len then needs, and when the engine
-refuses it, is the engine's own rule (common/kv_cache.py). Weights come from the safetensors
-headers (common/weight_bytes.py); a directory of no weight files (config and tokenizer only, as
+refuses it, is the engine's own rule (common/memory/kv_cache.py). Weights come from the safetensors
+headers (common/memory/weight_bytes.py); a directory of no weight files (config and tokenizer only, as
 users look before they download) has them estimated from config.json's shapes
-(common/weight_estimate.py), and says so.
+(common/memory/weight_estimate.py), and says so.
 
 With the platform's arguments the start they describe is judged (tensor and pipeline parallel
 sizes, --max-model-len, --gpu-memory-utilization, --dtype, --kv-cache-dtype, --quantization,
@@ -22,19 +22,19 @@ the sampler's float32 logits for every sequence); the rest is the engines' own a
 
 from __future__ import annotations
 
+from ..engine.vllm_args import int_arg, positive, switch_arg
 from .kv_cache import Budget, layout, pp_stages
 from .memory_tables import FFN_KEYS, GIB, HEAD_KEYS, HIDDEN_KEYS, KV_CACHE_DTYPE_BYTES, MOE_FFN_KEYS, TOPK_KEYS, TP_CANDIDATES, VOCAB_KEYS
-from .vllm_args import int_arg, positive, switch_arg
 from .weight_bytes import model_dtype_bytes, read_weights
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Mapping, Optional
 
+    from ..engine.profile import Profile
+    from ..engine.vllm_args import UserArgs
+    from ..model.modeldir import ModelDir
     from .kv_cache import Layout
-    from .modeldir import ModelDir
-    from .profile import Profile
-    from .vllm_args import UserArgs
     from .weight_bytes import Weights
 
 MEMORY_ENV = "COMPAT_DEVICE_MEMORY_GIB"
@@ -184,7 +184,7 @@ def assess(
 ) -> Assessment:
     """Whether the model fits `device` (default: the card's) as the platform starts it;
     `config_edits`: what the repairs change in the config the engine reads (its head size)."""
-    from .context_length import derived_length
+    from ..model.context_length import derived_length
 
     out = Assessment()
     facts = profile.memory
@@ -246,7 +246,7 @@ class _Judge:
     def __init__(
         self, config: Dict[str, Any], facts: Mapping[str, Any], device: Device, req: Request, lay: Layout, weights: Weights
     ) -> None:
-        from .headsize import attention_config
+        from ..model.headsize import attention_config
 
         self.cfg = attention_config(config)[1]
         self.facts, self.device, self.req, self.lay, self.weights = facts, device, req, lay, weights

@@ -80,7 +80,7 @@ class Profile:
         raw_len = engine.get("max_model_len")
         self.max_model_len: Optional[Dict[str, Any]] = dict(raw_len) if isinstance(raw_len, dict) and raw_len.get("keys") else None
         # How the engine sizes its KV cache and refuses a --max-model-len it cannot hold (the
-        # check, its defaults, the KV layouts it knows): common/memory_fit.py. None: unknown.
+        # check, its defaults, the KV layouts it knows): common/memory/memory_fit.py. None: unknown.
         raw_memory = engine.get("memory")
         self.memory: Optional[Dict[str, Any]] = dict(raw_memory) if isinstance(raw_memory, dict) and raw_memory.get("kv_check") else None
         # One device of the card and its node (memory_gib, per_node, the runtime's overheads).

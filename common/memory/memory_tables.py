@@ -142,7 +142,7 @@ TP_CANDIDATES = (1, 2, 4, 8, 16, 32)
 # other tensor outside the decoder layers loads on the last (final norm, LM head).
 FIRST_STAGE_MARKERS = ("embed", "wte", "wpe", "vision", "visual", "image", "mm_projector", "multi_modal")
 
-# -- the estimate from config.json (common/weight_estimate.py), for a directory of no weights --
+# -- the estimate from config.json (common/memory/weight_estimate.py), for a directory of no weights --
 
 ESTIMATE_SOURCE = "estimated from config.json"
 # Config keys of what the estimate reads, in the engines' order of precedence (beside the keys above).

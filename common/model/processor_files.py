@@ -3,7 +3,7 @@
 vLLM (0.11 as 0.5.5) loads a multimodal model's processor from the model path, never from
 `--tokenizer`, and transformers' processor loads its tokenizer from that same path. Two places
 need to know what that processor is: R6 (its files in transformers 5 form) and the routing
-(common/model_view.py), which lays the tokenizer overlay's files into a model view whenever the
+(common/start/model_view.py), which lays the tokenizer overlay's files into a model view whenever the
 model has a processor, whichever rule repaired the tokenizer.
 """
 

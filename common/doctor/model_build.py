@@ -24,17 +24,17 @@ from __future__ import annotations
 
 import os
 
-from .log import say
+from ..start.log import say
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict, Mapping, Optional, Sequence
 
-    from .plan import Plan
+    from ..plan import Plan
 
 CODE = "MB"
 KIND = "model_build"
-PLUGIN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_plugin")
+PLUGIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "vllm_plugin")
 # The engine Python imports vLLM and torch before the first model (5-20 s on two cores), then
 # builds each model in well under a second: the process's time limit is this plus the per-model
 # limit (COMPAT_VERIFY_TIMEOUT) for each model.
@@ -43,7 +43,7 @@ IMPORT_TIMEOUT_S = 180.0
 
 def skipped(env: Mapping[str, str]) -> bool:
     """COMPAT_SKIP names MB (in any case)."""
-    from .codes import normalize
+    from ..codes import normalize
 
     return normalize(CODE) in {normalize(c) for c in env.get("COMPAT_SKIP", "").split(",") if c.strip()}
 
@@ -91,7 +91,7 @@ def check(plans: Sequence[Plan], env: Mapping[str, str]) -> None:
     todo = [(plan, request) for plan, request in ((p, request_for(p)) for p in plans) if request is not None]
     if not todo:
         return
-    from .verify import run_checks_of_many, verify_timeout
+    from ..start.verify import run_checks_of_many, verify_timeout
 
     timeout = IMPORT_TIMEOUT_S + verify_timeout(env) * len(todo)
     verdicts = run_checks_of_many([request for _, request in todo], env, timeout)

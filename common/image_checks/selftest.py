@@ -39,7 +39,7 @@ import sys
 if __name__ == "__main__" and not __package__:
     # Started as a file: Python put common/ first on sys.path, whose module names (profile, log)
     # would shadow the standard library; the package root takes that place (as in bootstrap.py).
-    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import argparse  # noqa: E402
 import hashlib  # noqa: E402
@@ -52,7 +52,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple
 
-PACKAGE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE = os.path.dirname(HERE)  # common/
 HOME = os.path.dirname(PACKAGE)  # the image's compat home: entrypoint.sh, common/, selftest/
 ENTRYPOINT = os.path.join(HOME, "entrypoint.sh")
 BOOTSTRAP = os.path.join(PACKAGE, "bootstrap.py")
@@ -70,7 +71,7 @@ OURS = ("MODEL_DIR", "COMPAT_VLLM", "COMPAT_WORK_DIR", "COMPAT_CARD", "COMPAT_DI
 # vLLM's stand-in: shipped executable beside this file, never written into the temp dir, which
 # the platform may mount noexec (the gate runs the self-test so). It writes what it was exec'd
 # with to COMPAT_SELFTEST_RECORD, a file in the scratch dir: only the data needs the temp dir.
-RECORDER = os.path.join(PACKAGE, "selftest_recorder.py")
+RECORDER = os.path.join(HERE, "selftest_recorder.py")
 RUN_TIMEOUT_S = 600
 TOKENIZER_REPAIRS = ("R3", "R3b")
 
@@ -124,9 +125,9 @@ def check_import(checks: Checks) -> None:
 def check_profile(checks: Checks, expected: Optional[str]) -> Optional[Any]:
     """The baked profile, or None when it is not this card's (or not there)."""
     try:
-        from common.profile import IMAGE_CARD_FILE, image_card, load_profile
+        from common.engine.profile import IMAGE_CARD_FILE, image_card, load_profile
     except Exception as exc:  # noqa: B902 - a broken package is a failed check, not a traceback
-        checks.add("profile", False, f"common.profile cannot be imported ({type(exc).__name__}: {exc})")
+        checks.add("profile", False, f"common.engine.profile cannot be imported ({type(exc).__name__}: {exc})")
         return None
     card = image_card()
     if not card:

@@ -3,7 +3,7 @@
 The model directory is never written: names of it appear here as symlinks (weights are linked,
 never opened or copied), except the metadata files a repair rewrote, which are written as new
 JSON. A tokenizer overlay (`--tokenizer`) links only the files a tokenizer is read from; a model
-view (common/model_view.py) links every entry, since the engine serves it as the model.
+view (common/start/model_view.py) links every entry, since the engine serves it as the model.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 
-from .modeldir import ModelDir
+from ..model.modeldir import ModelDir
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:

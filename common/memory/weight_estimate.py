@@ -18,7 +18,7 @@ implausibly large, missing) gives no estimate and says why: never a guess.
 
 from __future__ import annotations
 
-from .headsize import attention_config, detect_head_size
+from ..model.headsize import attention_config, detect_head_size
 from .kv_cache import layer_kinds
 from .memory_tables import (
     BLOCK_SCALE_BYTES,

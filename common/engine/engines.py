@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from typing import Any, Dict, List, Mapping
 
 # The checkout this runtime package sits in (its parent): where the engine venvs are.
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # card -> its engine venv, relative to the checkout (`make profiles` writes it from card.toml).
 ENGINE_VENVS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_venvs.json")
 VARIABLE = "COMPAT_ENGINE_PYTHON"
@@ -45,7 +45,7 @@ class EnginePython:
         return describe(self.to_json())
 
     def env(self, env: Mapping[str, str]) -> Dict[str, str]:
-        """`env` with COMPAT_ENGINE_PYTHON set to this interpreter (verify.py runs it); without
+        """`env` with COMPAT_ENGINE_PYTHON set to this interpreter (common/start/verify.py runs it); without
         one, to a name no interpreter has, so every check says it could not run."""
         return dict(env, **{VARIABLE: self.path or f"(no engine Python: {self.source})"})
 

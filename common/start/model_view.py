@@ -25,19 +25,19 @@ from __future__ import annotations
 import json
 import os
 
-from .headsize import NESTED_TEXT_CONFIGS
+from ..model.headsize import NESTED_TEXT_CONFIGS
+from ..model.processor_files import processor_check
 from .log import say
 from .overlay import build_overlay, patch_json
-from .processor_files import processor_check
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional
 
-    from .modeldir import ModelDir
-    from .plan import Plan, Repair
-    from .profile import Profile
-    from .vllm_args import UserArgs
+    from ..engine.profile import Profile
+    from ..engine.vllm_args import UserArgs
+    from ..model.modeldir import ModelDir
+    from ..plan import Plan, Repair
 
 CONFIG = "config.json"
 VIEW_DIR = "model"

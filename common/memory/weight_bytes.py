@@ -7,7 +7,7 @@ the config's, float32 as a 2-byte type) and loads quantized ones as stored; an o
 --quantization (fp8, bitsandbytes) shrinks an unquantized checkpoint's layer weights as they
 load. With model.safetensors.index.json only the files it maps are read (as the engines do);
 without one, every top-level *.safetensors. Only the 8-byte length and the JSON header of each
-file are read (common/safetensors_header.py); a file whose header cannot be read counts by its
+file are read (common/model/safetensors_header.py); a file whose header cannot be read counts by its
 size. A checkpoint of .bin (or .pt) files only counts by their sizes, scaled from the config's
 dtype to the served one. Tensors are assigned to decoder layers by name, so the bytes of one
 pipeline stage and one tensor-parallel rank follow the engine's split.
@@ -37,7 +37,7 @@ TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple
 
-    from .modeldir import ModelDir
+    from ..model.modeldir import ModelDir
 
 # A decoder layer's index in a tensor name: model.layers.12., transformer.h.3., blocks.7., ...
 LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer|decoder_layers)\.(\d+)\.")
@@ -49,7 +49,7 @@ KEEP_DTYPE = re.compile("|".join(KEEP_DTYPE_MARKERS), re.IGNORECASE)
 class Weights:
     """The served bytes of a checkpoint: per decoder layer, and outside them on the first and
     the last pipeline stage. `source` says what was read; `estimated`: from config.json's
-    shapes, not the checkpoint's (common/weight_estimate.py)."""
+    shapes, not the checkpoint's (common/memory/weight_estimate.py)."""
 
     def __init__(self, source: str, estimated: bool = False) -> None:
         self.source = source
@@ -153,7 +153,7 @@ def _file_summary(model: ModelDir, name: str) -> Tuple[Optional[Dict[Tuple[Any, 
     quantization: "linear", "expert" or ""), each group's elements (or bytes, dtype None)."""
     import os
 
-    from .safetensors_header import read_header
+    from ..model.safetensors_header import read_header
 
     full = os.path.join(model.path, name)
     try:
@@ -193,7 +193,7 @@ def _file_summary(model: ModelDir, name: str) -> Tuple[Optional[Dict[Tuple[Any, 
 def _safetensors_files(model: ModelDir) -> Tuple[List[str], str]:
     """The safetensors files the engine loads: the index's, else every top-level one (Mistral's
     consolidated file left out beside Hugging Face shards)."""
-    from .safetensors_header import weight_map
+    from ..model.safetensors_header import weight_map
 
     mapping, _ = weight_map(model)
     if mapping is not None:

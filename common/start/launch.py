@@ -29,11 +29,11 @@ except ImportError:  # an interpreter without it (not CPython)
     import signal  # type: ignore[no-redef]
 
 from .log import say
-from .plan import Plan
+from ..plan import Plan
 from .preflight import build_plan
-from .profile import image_card
+from ..engine.profile import image_card
 from .settings import seconds
-from .vllm_args import _flag_name
+from ..engine.vllm_args import _flag_name
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ def _salvage(plan: Plan, user_args: List[str], env: Mapping[str, str]) -> None:
     """Join the repairs verified before the interruption (R5's overrides survive a hung tokenizer
     check): what build_plan's last steps do, from the repairs alone."""
     from .preflight import _assemble
-    from .vllm_args import UserArgs
+    from ..engine.vllm_args import UserArgs
 
     plan.args, plan.env, plan.user_args = [], {}, list(user_args)
     _assemble(plan, UserArgs(user_args), env)

@@ -4,7 +4,7 @@
 whose docstring lists the request kinds and answer fields). The child never imports torch:
 reading a tokenizer or a config does not need it, and importing it cost a repaired start ~3 s
 and ~700 MB. A clean model never gets here. The one exception is doctor's (never launch's)
-model build (common/model_build.py): a batch of `model_build` requests runs the engine's own
+model build (common/doctor/model_build.py): a batch of `model_build` requests runs the engine's own
 vLLM and torch, in a process of its own that keeps torch on.
 """
 
@@ -19,7 +19,7 @@ TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-CHECKS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checks")
+CHECKS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "checks")
 BATCH_SCRIPT = "engine_checks.py"
 DEFAULT_TIMEOUT_S = 60.0
 # transformers 4.x reads these when imported and then loads tokenizers and configs without

@@ -5,7 +5,7 @@ One row per model and card (starts as is / starts with repairs / fails / unverif
 codes that decide it), then totals per card: how many would start without the image's repairs
 and how many with them. The rules run in this process for every model; the engine-side checks of
 all the models of one card go to ONE engine-Python process (verify.run_checks_of_many), not one
-per model, and the engine's model classes of all of them (MB, common/model_build.py) to one more,
+per model, and the engine's model classes of all of them (MB, common/doctor/model_build.py) to one more,
 which imports the engine's vLLM once. Progress goes to stderr, one line per model and card; a
 model that breaks doctor is a row with its error ("error"), never the end of the run.
 
@@ -18,19 +18,19 @@ import json
 import os
 import sys
 
+from ..engine.engines import describe, resolve
+from ..engine.profile import PROFILE_DIR, VARIANT_SEP, load_profile, variants_of
+from ..plan import Plan
+from ..start.log import set_stream
+from ..start.preflight import finish_plan, start_plan
 from .doctor import judge, remove_work_dir
-from .engines import describe, resolve
-from .log import set_stream
-from .plan import Plan
-from .preflight import finish_plan, start_plan
-from .profile import PROFILE_DIR, VARIANT_SEP, load_profile, variants_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
-    from .engines import EnginePython
-    from .preflight import Pending
+    from ..engine.engines import EnginePython
+    from ..start.preflight import Pending
 
 ALL = "all"
 # Files only a model directory has at its top: a directory with none of them and with
@@ -154,9 +154,9 @@ def judge_card(
 ) -> List[Dict[str, Any]]:
     """Every model on one card, a row each in the order of `models`: the rules of each, then all
     their checks in one engine process."""
+    from ..start.verify import run_checks_of_many, verify_timeout
     from .model_build import check as build_models
     from .model_build import request_for, skipped
-    from .verify import run_checks_of_many, verify_timeout
 
     card_env = engine.env(env)
     started: List[Tuple[int, Plan, Optional[Pending]]] = []
@@ -279,7 +279,7 @@ def _memory_cell(memory: Optional[Dict[str, Any]]) -> str:
     """Where the model fits on the card's node: the tensor-parallel size, or what stops it."""
     if not memory or memory.get("fits") is None:
         return "-"
-    from .memory_fit import summary
+    from ..memory.memory_fit import summary
 
     return summary(memory)
 
