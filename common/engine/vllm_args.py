@@ -22,6 +22,8 @@ import os
 import re
 import stat
 
+from ..model.json_numbers import positive_number
+
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -336,12 +338,13 @@ SHORT_FLAGS = {"--tensor-parallel-size": "-tp", "--pipeline-parallel-size": "-pp
 
 
 def positive(text: Optional[str], kind: type = float) -> Optional[Any]:
-    """`text` as a positive number of `kind`; None when it is not one."""
+    """`text` (an argument's value) as a finite positive number of `kind`; None when it is not
+    one ("0", "nan" and "inf" are not)."""
     try:
         value = kind(text) if text is not None else None
     except ValueError:
         return None
-    return value if value is not None and value > 0 else None
+    return value if positive_number(value) is not None else None
 
 
 def int_arg(user: UserArgs, flag: str) -> Optional[int]:

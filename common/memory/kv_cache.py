@@ -21,6 +21,7 @@ engine then refuses a --max-model-len is profile fact `memory.kv_check`, read fr
 from __future__ import annotations
 
 from ..model.headsize import attention_config, detect_head_size
+from ..model.json_numbers import positive_int
 from .memory_tables import (
     FALCON_TYPES,
     FP8_DS_MLA,
@@ -44,12 +45,8 @@ if TYPE_CHECKING:
     from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 
-def _int(value: Any) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
 def _first(cfg: Dict[str, Any], keys: Sequence[str]) -> Optional[int]:
-    return next((_int(cfg.get(k)) for k in keys if _int(cfg.get(k))), None)
+    return next((positive_int(cfg.get(k)) for k in keys if positive_int(cfg.get(k))), None)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -110,9 +107,9 @@ def layout(
     padded = (facts.get("padded_head_sizes") or {}).get(model_type)
     head = detect_head_size(config).value
     result = Layout(kinds, spans, total_kv_heads(cfg, model_type, heads), padded or head or 0)
-    mla = facts.get("mla_latent") and model_type in (facts.get("mla_model_types") or ()) and _int(cfg.get("kv_lora_rank"))
+    mla = facts.get("mla_latent") and model_type in (facts.get("mla_model_types") or ()) and positive_int(cfg.get("kv_lora_rank"))
     if mla and (env or {}).get("VLLM_MLA_DISABLE", "").strip() not in ("1", "true", "True"):
-        result.latent = int(cfg["kv_lora_rank"]) + (_int(cfg.get("qk_rope_head_dim")) or 0)
+        result.latent = int(cfg["kv_lora_rank"]) + (positive_int(cfg.get("qk_rope_head_dim")) or 0)
         result.kv_heads = 1
     if result.head_size <= 0 and result.latent is None:
         return None
@@ -129,7 +126,7 @@ def total_kv_heads(cfg: Dict[str, Any], model_type: str, heads: int) -> int:
         return 1
     attn = cfg.get("attn_config")
     if model_type in ("mpt", "dbrx") and isinstance(attn, dict):
-        return _int(attn.get("kv_n_heads")) or heads
+        return positive_int(attn.get("kv_n_heads")) or heads
     return _first(cfg, KV_HEAD_KEYS) or heads
 
 
@@ -149,16 +146,16 @@ def layer_kinds(cfg: Dict[str, Any], model_type: str, layers: int) -> Tuple[List
         kinds = [LAYER_TYPE_KINDS.get(str(t), "full") for t in block_types[:layers]]
     elif isinstance(attn_types, list) and len(attn_types) >= layers:
         kinds = ["full" if t == 1 else "linear" for t in attn_types[:layers]]
-    elif _int(cfg.get("attn_layer_period")):
+    elif positive_int(cfg.get("attn_layer_period")):
         period, offset = int(cfg["attn_layer_period"]), int(cfg.get("attn_layer_offset") or 0)
         kinds = ["full" if i % period == offset else "linear" for i in range(layers)]
-    elif _int(cfg.get("full_attention_interval")):
+    elif positive_int(cfg.get("full_attention_interval")):
         interval = int(cfg["full_attention_interval"])
         kinds = ["full" if (i + 1) % interval == 0 else "linear" for i in range(layers)]
-    window = _int(cfg.get("sliding_window")) if cfg.get("use_sliding_window") is not False else None
-    chunk = _int(cfg.get("attention_chunk_size"))
+    window = positive_int(cfg.get("sliding_window")) if cfg.get("use_sliding_window") is not False else None
+    chunk = positive_int(cfg.get("attention_chunk_size"))
     if window is not None and not any(k == "window" for k in kinds) and not isinstance(types, list):
-        period = _int(cfg.get("sliding_window_pattern")) or WINDOW_PERIODS.get(model_type)
+        period = positive_int(cfg.get("sliding_window_pattern")) or WINDOW_PERIODS.get(model_type)
         if period:
             kinds = ["window" if k == "full" and (i + 1) % period else k for i, k in enumerate(kinds)]
         elif model_type not in INTERLEAVED_UNKNOWN:
@@ -190,11 +187,11 @@ def linear_state(cfg: Dict[str, Any], model_type: str) -> Tuple[int, int, Option
         inner = heads * dim
         return (conv - 1) * (inner + 2 * groups * state) + heads * dim * state, 0, None
     if model_type in LIGHTNING_TYPES:
-        heads, dim = _first(cfg, HEAD_KEYS) or 0, _int(cfg.get("head_dim")) or 0
+        heads, dim = _first(cfg, HEAD_KEYS) or 0, positive_int(cfg.get("head_dim")) or 0
         return heads * dim * dim, 0, LIGHTNING_STATE_BYTES
     if get(MAMBA1, "state"):
-        hidden = _int(cfg.get("hidden_size")) or 0
-        inner = _int(cfg.get("mamba_intermediate_size")) or (get(MAMBA1, "expand") or 2) * hidden
+        hidden = positive_int(cfg.get("hidden_size")) or 0
+        inner = positive_int(cfg.get("mamba_intermediate_size")) or (get(MAMBA1, "expand") or 2) * hidden
         conv = get(MAMBA1, "conv") or 1
         return (conv - 1) * inner + inner * (get(MAMBA1, "state") or 0), 0, None
     return 0, 0, None

@@ -19,6 +19,7 @@ implausibly large, missing) gives no estimate and says why: never a guess.
 from __future__ import annotations
 
 from ..model.headsize import attention_config, detect_head_size
+from ..model.json_numbers import integer
 from .kv_cache import layer_kinds
 from .memory_tables import (
     BLOCK_SCALE_BYTES,
@@ -97,7 +98,7 @@ def _count(
 
 
 def _checked(value: Any, name: str, bound: str, zero: bool = False) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < (0 if zero else 1):
+    if integer(value, 0 if zero else 1) is None:
         raise Unestimable(f"{name} is {value!r}, not a {'non-negative' if zero else 'positive'} integer")
     if value > ESTIMATE_MAX[bound]:
         raise Unestimable(f"{name} is {value}, implausibly large")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .config_values import SWITCH_MODEL_TYPES
 from .headsize import attention_config, detect_head_size
+from .json_numbers import integer
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -36,10 +37,6 @@ WINDOW_KEYS = ("sliding_window", "attention_chunk_size")
 ROPE_ALIASES = {"su": "longrope", "mrope": "default"}
 # KV heads of a family's other layers, beside num_key_value_heads (Gemma 4's full-attention layers).
 GLOBAL_KV_KEYS = ("num_global_key_value_heads",)
-
-
-def _int(value: Any) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def rope_kind(cfg: Dict[str, Any]) -> str:
@@ -76,7 +73,7 @@ def partial_rotary(cfg: Dict[str, Any], head_size: Optional[int]) -> bool:
     ]
     if any(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f < 1 for f in factors):
         return True
-    dim = _int(cfg.get("rotary_dim"))
+    dim = integer(cfg.get("rotary_dim"))
     return bool(dim and head_size and dim < head_size)
 
 
@@ -84,30 +81,30 @@ def window(cfg: Dict[str, Any], model_type: Optional[str], context: Optional[int
     """none (no window, or none shorter than the served context), all, or interleaved."""
     if cfg.get("use_sliding_window") is False and model_type in SWITCH_MODEL_TYPES:
         return "none"  # these config classes drop the window (config_values.SWITCHED_OFF_BY)
-    sizes = [_int(cfg.get(k)) for k in WINDOW_KEYS]
+    sizes = [integer(cfg.get(k)) for k in WINDOW_KEYS]
     size = min((s for s in sizes if s and s > 0), default=None)
     if size is None or (context is not None and size >= context):
         return "none"
     layer_types = cfg.get("layer_types")
     if isinstance(layer_types, list) and layer_types:
         return "interleaved" if any(t != "sliding_attention" for t in layer_types) else "all"
-    if _int(cfg.get("sliding_window_pattern")) or model_type in INTERLEAVED:
+    if integer(cfg.get("sliding_window_pattern")) or model_type in INTERLEAVED:
         return "interleaved"
     return "all"
 
 
 def _heads(cfg: Dict[str, Any]) -> Optional[int]:
-    return next((_int(cfg.get(k)) for k in ("num_attention_heads", "n_head", "n_heads") if _int(cfg.get(k))), None)
+    return next((integer(cfg.get(k)) for k in ("num_attention_heads", "n_head", "n_heads") if integer(cfg.get(k))), None)
 
 
 def _kv_heads(cfg: Dict[str, Any]) -> Optional[int]:
     """The KV heads the config states (1 for multi_query), None where it states none."""
     if cfg.get("multi_query") is True:
         return 1
-    kv = next((_int(cfg.get(k)) for k in ("num_key_value_heads", "num_kv_heads", "n_head_kv") if _int(cfg.get(k))), None)
+    kv = next((integer(cfg.get(k)) for k in ("num_key_value_heads", "num_kv_heads", "n_head_kv") if integer(cfg.get(k))), None)
     if kv is None:
         attn = cfg.get("attn_config")
-        kv = _int(attn.get("kv_n_heads")) if isinstance(attn, dict) else None
+        kv = integer(attn.get("kv_n_heads")) if isinstance(attn, dict) else None
     return kv
 
 
@@ -135,10 +132,10 @@ def sharding(config: Dict[str, Any], tp: int) -> Optional[str]:
     if kv is None:
         return "kv unknown" + (", experts split" if experts(cfg) else "")
     # Layers with KV heads of their own (Gemma 4's global layers) are cut their own way too.
-    counts = [kv] + [n for n in (_int(cfg.get(k)) for k in GLOBAL_KV_KEYS) if n]
+    counts = [kv] + [n for n in (integer(cfg.get(k)) for k in GLOBAL_KV_KEYS) if n]
     per_layer = cfg.get("per_layer_config")  # transformers 5's save of them: layer -> overrides
     if isinstance(per_layer, dict):
-        counts += [n for n in (_int(o.get("num_key_value_heads")) for o in per_layer.values() if isinstance(o, dict)) if n]
+        counts += [n for n in (integer(o.get("num_key_value_heads")) for o in per_layer.values() if isinstance(o, dict)) if n]
     cuts = []
     for n in counts:
         cut = "split" if n % tp == 0 else "replicated" if tp % n == 0 else f"{n} over {tp} ranks"
@@ -151,15 +148,15 @@ def experts(cfg: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     ffn = cfg.get("ffn_config") if isinstance(cfg.get("ffn_config"), dict) else {}
     count = next(
         (
-            _int(v)
+            integer(v)
             for v in (cfg.get("num_experts"), cfg.get("num_local_experts"), cfg.get("n_routed_experts"), ffn.get("moe_num_experts"))
-            if _int(v)
+            if integer(v)
         ),
         None,
     )
     if not count or count < 2:
         return None
-    shared = any((_int(cfg.get(k)) or 0) > 0 for k in ("n_shared_experts", "shared_expert_intermediate_size"))
+    shared = any((integer(cfg.get(k)) or 0) > 0 for k in ("n_shared_experts", "shared_expert_intermediate_size"))
     return {"shared": shared, "norm_topk_prob": cfg.get("norm_topk_prob")}
 
 
@@ -171,7 +168,7 @@ def context_length(cfg: Dict[str, Any], max_model_len: Optional[str]) -> Optiona
         except ValueError:
             return None
     return next(
-        (_int(cfg.get(k)) for k in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length") if _int(cfg.get(k))), None
+        (integer(cfg.get(k)) for k in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length") if integer(cfg.get(k))), None
     )
 
 
@@ -180,8 +177,8 @@ def config_traits(config: Dict[str, Any], max_model_len: Optional[str] = None) -
     _, cfg = attention_config(config)
     model_type = cfg.get("model_type") if isinstance(cfg.get("model_type"), str) else config.get("model_type")
     head = detect_head_size(config).value
-    explicit = _int(cfg.get("head_dim"))
-    hidden, heads = _int(cfg.get("hidden_size")), _int(cfg.get("num_attention_heads"))
+    explicit = integer(cfg.get("head_dim"))
+    hidden, heads = integer(cfg.get("hidden_size")), integer(cfg.get("num_attention_heads"))
     derived = hidden // heads if hidden and heads and hidden % heads == 0 else None
     tied = cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", True))
     traits: Dict[str, Any] = {

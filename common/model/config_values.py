@@ -20,6 +20,7 @@ Standard library only.
 from __future__ import annotations
 
 from .headsize import NESTED_TEXT_CONFIGS, attention_config, detect_head_size
+from .json_numbers import number, positive_int
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -154,11 +155,11 @@ def quantization_method(config: Mapping[str, Any], quantize_config: Optional[Map
 
 def rotary_dim(cfg: Mapping[str, Any], head: Optional[int]) -> Optional[int]:
     dim = cfg.get("rotary_dim")
-    if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:
+    if positive_int(dim) is not None:
         return dim
     params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
     for factor in (cfg.get("partial_rotary_factor"), cfg.get("rotary_pct"), params.get("partial_rotary_factor")):
-        if isinstance(factor, (int, float)) and not isinstance(factor, bool) and 0 < factor <= 1 and head:
+        if number(factor, 0.0, 1.0, low_open=True) is not None and head:
             return int(head * factor)
     return head
 

@@ -7,15 +7,11 @@ request's KV cache by it."""
 from __future__ import annotations
 
 from .headsize import attention_config
+from .json_numbers import positive_number
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict, Mapping, Optional, Tuple
-
-
-def positive_number(value: Any) -> Optional[float]:
-    """A config value as a positive number (booleans are not numbers here); None otherwise."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
 def rope_scaling(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .json_numbers import integer, positive_int
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -34,14 +35,6 @@ class HeadSize:
         return f"HeadSize({self.value!r}, {self.source!r}, {self.problem!r})"
 
 
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _int_at_least_zero(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def attention_config(config: Dict[str, Any]) -> Tuple[Optional[str], Dict[str, Any]]:
     """The config that describes attention: (None, the top level), or the nested language
     model's (its key, it) when the top level states no attention of its own."""
@@ -59,7 +52,7 @@ def _states_attention(config: Dict[str, Any]) -> bool:
 
 
 def _checked(value: Any, source: str) -> HeadSize:
-    if not _positive_int(value):
+    if positive_int(value) is None:
         return HeadSize(None, source, f"{source} is {value!r}, not a positive integer")
     if value > MAX_PLAUSIBLE_HEAD_SIZE:
         return HeadSize(None, source, f"{source} is {value}, implausibly large")
@@ -69,7 +62,7 @@ def _checked(value: Any, source: str) -> HeadSize:
 def _ratio(config: Dict[str, Any], hidden_key: str, heads_key: str) -> HeadSize:
     source = f"{hidden_key}/{heads_key}"
     hidden, heads = config.get(hidden_key), config.get(heads_key)
-    if not _positive_int(hidden) or not _positive_int(heads):
+    if positive_int(hidden) is None or positive_int(heads) is None:
         return HeadSize(None, source, f"{source} is {hidden!r}/{heads!r}, not two positive integers")
     if hidden % heads:
         return HeadSize(None, source, f"{hidden_key} {hidden} is not divisible by {heads_key} {heads}")
@@ -84,7 +77,7 @@ def detect_head_size(config: Dict[str, Any]) -> HeadSize:
         source = "qk_nope_head_dim+qk_rope_head_dim"
         # A zero nope part is MLA without one (an int: 0.0 or False plus a huge rope would be
         # float arithmetic, and overflow).
-        if not (_int_at_least_zero(nope) and _positive_int(rope)):
+        if not (integer(nope, 0) is not None and positive_int(rope) is not None):
             return HeadSize(None, source, f"{source} is {nope!r}+{rope!r}, not integers")
         return _checked(nope + rope, source)
     for form in HEAD_SIZE_FORMS:

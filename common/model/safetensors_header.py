@@ -17,6 +17,7 @@ import os
 import struct
 
 from .modeldir import MAX_JSON_DEPTH, ModelDir, Problem, _deeper_than
+from .json_numbers import integer
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def read_header(model: ModelDir, name: str, cap: int = HEADER_CAP) -> Tuple[Opti
         if key == "__metadata__":
             continue
         shape = entry.get("shape") if isinstance(entry, dict) else None
-        if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in shape)):
+        if not (isinstance(shape, list) and all(integer(d) is not None for d in shape)):
             return None, Problem(name, f"has a safetensors header whose tensor {key!r} has no valid shape")
         shapes[key] = shape
         dtype = entry.get("dtype")
@@ -93,7 +94,7 @@ def read_header(model: ModelDir, name: str, cap: int = HEADER_CAP) -> Tuple[Opti
 
 def _span(offsets: object) -> Optional[int]:
     """The byte count of `[begin, end]` data_offsets, or None when they are not that."""
-    if isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
+    if isinstance(offsets, list) and len(offsets) == 2 and all(integer(o) is not None for o in offsets):
         begin, end = offsets
         if 0 <= begin <= end:
             return end - begin

@@ -16,7 +16,8 @@ engine refuses it as it would have.
 from __future__ import annotations
 
 from ..code_kinds import CHECK
-from ..model.context_length import derived_length, positive_number
+from ..model.context_length import derived_length
+from ..model.json_numbers import positive_number
 from ..model.headsize import attention_config
 from .support.base import Context, Outcome, Rule
 

@@ -31,6 +31,7 @@ rotates the fraction); the engine-wide window is off for all.
 from __future__ import annotations
 
 from ..model.headsize import attention_config
+from ..model.json_numbers import integer
 from ..vllm_plugin.compat_backports import BACKPORTS, ENV, fitting
 from ..vllm_plugin.compat_backports.layers.heads import widest_head_edits
 from ..engine.vllm_args import int_arg, switch_arg
@@ -76,7 +77,7 @@ def shorter_window(text: dict, max_model_len: Optional[int]) -> Optional[str]:
     if not windowed(text) or text.get("use_sliding_window") is False:
         return None
     window, positions = text["sliding_window"], text.get("max_position_embeddings")
-    context = max_model_len or (positions if isinstance(positions, int) and not isinstance(positions, bool) else None)
+    context = max_model_len or integer(positions)
     return f"a sliding window of {window} positions, shorter than the context" if context is None or window < context else None
 
 
@@ -227,7 +228,7 @@ def state_refusals(ctx: Context, text: dict) -> str:
         asked.append(f"--pipeline-parallel-size {pp} (not supported yet)")
     tp = int_arg(ctx.user, "--tensor-parallel-size") or 1
     keys = text.get("linear_num_key_heads")
-    if tp > 1 and isinstance(keys, int) and not isinstance(keys, bool) and keys % tp:
+    if tp > 1 and integer(keys) is not None and keys % tp:
         asked.append(f"--tensor-parallel-size {tp} (its {keys} linear-attention key heads do not split over {tp} ranks)")
     if switch_arg(ctx.user, "--enable-prefix-caching"):
         asked.append("--enable-prefix-caching (a cached prefix has no recurrent state to continue from)")

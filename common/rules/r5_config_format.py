@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 
 from ..model.headsize import NESTED_TEXT_CONFIGS as NESTED
+from ..model.json_numbers import INFINITY, number, positive_int
 from ..plan import Repair
 from .support.base import Context, Outcome, Rule
 
@@ -49,17 +50,9 @@ RENAMED = {
 NOT_SCALING = ("rope_theta", "partial_rotary_factor")
 
 
-def _number(value: Any, low: float = 0.0, high: float = float("inf"), low_open: bool = True) -> bool:
+def _number(value: Any, low: float = 0.0, high: float = INFINITY, low_open: bool = True) -> bool:
     """A JSON number (not a boolean) that is finite and in range: NaN, Infinity and 1e400 are not."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        number = float(value)
-    except OverflowError:
-        return False
-    # x - x is 0.0 for a finite x and NaN for NaN or an infinity (what math.isfinite says,
-    # without importing math at every start).
-    return number - number == 0.0 and (number > low if low_open else number >= low) and number <= high
+    return number(value, low, high, low_open) is not None
 
 
 def _scaling_ok(scaling: Dict[str, Any]) -> Optional[str]:
@@ -216,7 +209,7 @@ class ConfigFormat(Rule):
             if maps.get(model_type, {}).get(old) == new:
                 continue  # the engine's class reads the new name too
             value = config[new]
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            if positive_int(value) is not None:
                 lost[old] = value
             else:
                 refused.append(f"{new} is {_shown(value)}, not a positive count")

@@ -20,6 +20,7 @@ from __future__ import annotations
 # Only the model-type table at import: the header reader and the plugin's wrapper are imported
 # past the model-type test (check), so a model of any other type pays nothing for them.
 from ..vllm_plugin.compat_fused_experts import ENV, MODEL_TYPES, fused_part
+from ..model.json_numbers import positive_int
 from .support.base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
@@ -36,7 +37,7 @@ EXPERTS = ".experts."
 def expert_count(config: Dict) -> Optional[int]:
     for key in EXPERT_COUNT_KEYS:
         value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if positive_int(value) is not None:
             return value
     return None
 
