@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Tuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common.vllm_plugin.compat_configs._rope import legacy_rope  # noqa: E402  (the config classes' own)
 from tests.fixtures.build_model import CHATML, make_tokenizer  # noqa: E402  (the fixtures' tokenizer)
 
 PROMPT_LENGTH = 24
@@ -70,29 +71,12 @@ def resolve(value: Any, vocab: int) -> Any:
     raise ValueError(f"unknown sentinel {value!r}")
 
 
-def legacy_rope(rope: Dict[str, Any]) -> Dict[str, Any]:
-    """transformers 5's rope_parameters as transformers 4.x reads them: rope_theta and
-    partial_rotary_factor on the config, the scaling in rope_scaling."""
-    if any(isinstance(v, dict) for v in rope.values()):
-        return {}  # per layer type (Gemma 3): the case's `legacy` table says it the old way
-    out: Dict[str, Any] = {}
-    rest = dict(rope)
-    if "rope_theta" in rest:
-        out["rope_theta"] = rest.pop("rope_theta")
-    if "partial_rotary_factor" in rest:
-        out["partial_rotary_factor"] = rest.pop("partial_rotary_factor")
-    kind = rest.pop("rope_type", "default")
-    if kind != "default":
-        # Phi-3's 4.x config class takes exactly type, short_factor and long_factor for LongRoPE.
-        out["rope_scaling"] = dict(rest, **{"type" if kind == "longrope" else "rope_type": kind})
-    return out
-
-
 def config_kwargs(case: Dict[str, Any], shape: Dict[str, Any], v5: bool, vocab: int) -> Dict[str, Any]:
     kwargs = dict(shape)
     kwargs.update(case.get("args", {}))
     rope = case.get("rope")
     if rope:
+        # per layer type (Gemma 3) there is no 4.x form: the case's `legacy` table says it the old way
         kwargs.update({"rope_parameters": rope} if v5 else legacy_rope(rope))
     if not v5:
         kwargs.update(case.get("legacy", {}))

@@ -101,8 +101,8 @@ class Gemma4TextConfig(PretrainedConfig):
         self.rope_parameters = rope_parameters
         # 4.x's Gemma 3 names: the global theta and the sliding layers' own. The full layers'
         # "proportional" rope has no 4.x rope_scaling type: it stays in rope_parameters only.
-        self.rope_theta = legacy_rope(rope_parameters.get("full_attention"), 1000000.0)[0]
-        self.rope_local_base_freq = legacy_rope(rope_parameters.get("sliding_attention"), 10000.0)[0]
+        self.rope_theta = float(legacy_rope(rope_parameters.get("full_attention")).get("rope_theta", 1000000.0))
+        self.rope_local_base_freq = float(legacy_rope(rope_parameters.get("sliding_attention")).get("rope_theta", 10000.0))
         self.rope_scaling = None
         if per_layer_config is None:  # 5.x: the full-attention layers' wider head (and kv heads)
             overrides: Dict[str, Any] = {"head_dim": global_head_dim}

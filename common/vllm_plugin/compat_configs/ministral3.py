@@ -66,7 +66,8 @@ class Ministral3Config(PretrainedConfig):
             }
         self.rope_parameters = rope_parameters
         # The engine (transformers 4 era) reads these two, not rope_parameters.
-        self.rope_theta, self.rope_scaling = legacy_rope(rope_parameters, 1000000.0)
+        legacy = legacy_rope(rope_parameters)
+        self.rope_theta, self.rope_scaling = float(legacy.get("rope_theta", 1000000.0)), legacy.get("rope_scaling")
         super().__init__(
             pad_token_id=pad_token_id,
             bos_token_id=bos_token_id,

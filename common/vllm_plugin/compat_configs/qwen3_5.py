@@ -77,9 +77,8 @@ class Qwen3_5TextConfig(PretrainedConfig):
         self.rope_parameters = rope_parameters
         # 5.x keeps the rotated fraction in rope_parameters; 4.x models read it from the config.
         self.partial_rotary_factor = rope_parameters.get("partial_rotary_factor", partial_rotary_factor)
-        self.rope_theta, self.rope_scaling = legacy_rope(
-            {k: v for k, v in rope_parameters.items() if k != "partial_rotary_factor"}, 10000.0
-        )
+        legacy = legacy_rope(rope_parameters)
+        self.rope_theta, self.rope_scaling = float(legacy.get("rope_theta", 10000.0)), legacy.get("rope_scaling")
         super().__init__(
             pad_token_id=pad_token_id,
             bos_token_id=bos_token_id,
