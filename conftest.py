@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from tests import starts  # noqa: E402
+from tests import durations, starts  # noqa: E402
 from tests.cores import pin_this_worker  # noqa: E402
 from tests.starts import load_budget  # noqa: E402
 from tests.fixtures.committed import COMMITTED, VARIANTS  # noqa: E402
@@ -35,9 +35,8 @@ def pytest_addoption(parser):
     )
 
 
-# Every test's seconds (setup, call and teardown together), written at the end of a run to
-# build/test-durations.json, slowest first: the figures the suite's budget is read from.
-DURATIONS_FILE = ROOT / "build" / "test-durations.json"
+# Every test's seconds (setup, call and teardown together), written at the end of a run
+# (tests/durations.py: build/test-durations.json, and the next run's order).
 _durations: dict = {}
 
 
@@ -64,17 +63,23 @@ def _scope(nodeid: str, budget: dict) -> str:
     return module if module in budget else nodeid
 
 
-def _scope_weight(scope: str, budget: dict) -> int:
+def _scope_starts(scope: str, budget: dict) -> int:
     if scope == "images":
         return sum(n for m, n in budget.items() if m.startswith("tests/images/"))
     return budget.get(scope, 0)
 
 
 def pytest_collection_modifyitems(session, config, items):
-    # The scopes that start engines first, the most starts first, so that the many short unit tests
-    # fill in beside them instead of one long module ending the run alone (`make test`: two workers).
+    # The longest scopes first (tests/durations.py says how long), so that the many short tests
+    # fill in beside them at the end instead of one long scope ending the run alone on one worker
+    # (`make test`: two workers). Every worker sorts the same collection by the same figures.
     budget = load_budget()
-    items.sort(key=lambda item: -_scope_weight(_scope(item.nodeid, budget), budget))  # stable: a scope stays together
+    scope_of = {item.nodeid: _scope(item.nodeid, budget) for item in items}
+    members: dict = {}
+    for nodeid, scope in scope_of.items():
+        members.setdefault(scope, []).append(nodeid)
+    seconds = durations.scope_seconds(members, {s: _scope_starts(s, budget) for s in members}, durations.known())
+    items.sort(key=lambda item: -seconds[scope_of[item.nodeid]])  # stable: a scope stays together
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -135,16 +140,8 @@ def pytest_sessionfinish(session, exitstatus):
         return
     if _budget_problems(session.config, load_budget()) and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # what the budget says is in the summary
-    if not _durations:
-        return
-    slowest = sorted(_durations.items(), key=lambda item: -item[1])
-    try:
-        DURATIONS_FILE.parent.mkdir(parents=True, exist_ok=True)
-        DURATIONS_FILE.write_text(
-            json.dumps({"seconds": round(sum(_durations.values()), 2), "tests": {k: round(v, 3) for k, v in slowest}}, indent=1) + "\n"
-        )
-    except OSError as exc:  # a read-only checkout still runs its tests
-        print(f"conftest: cannot write {DURATIONS_FILE}: {exc}", file=sys.stderr)
+    if _durations:
+        durations.save(_durations)
 
 
 @pytest.fixture(scope="session")

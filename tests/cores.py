@@ -4,11 +4,12 @@ OpenMP threads spin, never fight for one core (two on one core slow both several
 
 A worker is pinned (its own affinity, which every process it starts inherits) and tells the
 engines it starts which cores to bind their threads to (vLLM's CPU backend binds its OpenMP
-threads itself: VLLM_CPU_OMP_THREADS_BIND). The image tier's containers are not pinned: they run
-as the platform runs them, and vLLM 0.5.5 binds through numa_migrate_pages, which a container
-without CAP_SYS_NICE is refused; a 0.32 container on one core hung in its shutdown once. The
-image tier runs on one worker, so at most one container engine shares the cores with the other
-worker. Standard library only.
+threads itself: VLLM_CPU_OMP_THREADS_BIND). The image tier's containers get no such variable
+(they run with the environment the platform gives, and vLLM 0.5.5 binds through
+numa_migrate_pages, which a container without CAP_SYS_NICE is refused): Docker confines each to
+its worker's cores instead (--cpuset-cpus, tests/images/containers.py), and the engines inside
+bind to what they are allowed. Unconfined, they bound from core 0 up, onto the other worker's
+share, and left their own idle. Standard library only.
 """
 
 from __future__ import annotations

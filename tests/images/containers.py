@@ -8,6 +8,7 @@ enough shared memory for vLLM's workers. `platform_run_kwargs` is that, and noth
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Dict, List, Optional
 from docker.errors import APIError, NotFound
 
 from compat_build import owner
+from tests.cores import bind_string
 from tests.starts import record
 from tests.engine import START_TIMEOUT_S, Endpoint
 from tests.engine_env import COMMON_ENV
@@ -52,6 +54,15 @@ def platform_run_kwargs(model: Path, env: Optional[Dict[str, str]] = None) -> di
     )
 
 
+def own_cpuset() -> str:
+    """The cores this test process may run on, as Docker's --cpuset-cpus: a container started
+    here runs on the share of the machine its pytest worker has (tests/cores.py), as a process
+    the worker starts would. Unconfined, the engines in the containers bind their threads from
+    the lowest core up (vLLM 0.32 the first, 0.11 every one it sees), onto the other worker's
+    core, while this worker's own core waits on them idle."""
+    return bind_string(sorted(os.sched_getaffinity(0)))
+
+
 class Container(Endpoint):
     """One detached container of an image; its logs are the container's stdout and stderr."""
 
@@ -59,6 +70,7 @@ class Container(Endpoint):
         self.client = client
         self.port = port
         labels = {**owner.labels(), **(kwargs.pop("labels", None) or {})}
+        kwargs.setdefault("cpuset_cpus", own_cpuset())
         record("container")
         self.container = client.containers.run(image, command, detach=True, labels=labels, **kwargs)
 

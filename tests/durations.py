@@ -1,0 +1,74 @@
+"""Every test's seconds: this run's (build/test-durations.json, slowest first) and the ones the
+next run orders its work by.
+
+`make test` hands the suite's scopes (conftest.py `_scope`: the image tier, each module that
+starts engines, every other test alone) to two workers, each taking the next as it frees up. A
+scope of 80 s that comes last runs alone on one worker while the other has nothing left: the
+order that ends both workers together is the longest first. A scope's length is what its tests
+took in the runs before (kept in the project's cache, outside the checkout, so that a fresh
+clone on the same machine has them, and merged, so that a run of one tier does not forget the
+others); a scope no run has timed yet counts as its engine starts at START_SECONDS each. The
+figures only order the work: no test is skipped or judged by them. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Dict, Iterable, Mapping
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_FILE = ROOT / "build" / "test-durations.json"
+# What an engine start costs on two cores (an interpreter, torch, vLLM, a model build): the
+# weight of a scope whose tests no run on this machine has timed yet.
+START_SECONDS = 15.0
+
+
+def cache_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "enginex-compat" / "test-durations.json"
+
+
+def _read(path: Path) -> Dict[str, float]:
+    try:
+        tests = json.loads(path.read_text(encoding="utf-8")).get("tests", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not isinstance(tests, dict):
+        return {}
+    return {k: float(v) for k, v in tests.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0}
+
+
+def known() -> Dict[str, float]:
+    """Each test's seconds in the latest run that ran it on this machine."""
+    return _read(cache_file())
+
+
+def scope_seconds(scope_tests: Mapping[str, Iterable[str]], starts: Mapping[str, int], seen: Mapping[str, float]) -> Dict[str, float]:
+    """Each scope's expected seconds: its tests' known seconds, or its engine starts' cost when
+    none of its tests has been timed."""
+    out = {}
+    for scope, tests in scope_tests.items():
+        timed = [seen[t] for t in tests if t in seen]
+        out[scope] = sum(timed) if timed else starts.get(scope, 0) * START_SECONDS
+    return out
+
+
+def _write(path: Path, tests: Mapping[str, float]) -> None:
+    slowest = sorted(tests.items(), key=lambda item: -item[1])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps({"seconds": round(sum(tests.values()), 2), "tests": {k: round(v, 3) for k, v in slowest}}, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def save(durations: Mapping[str, float]) -> None:
+    """This run's seconds to build/ (as they are) and merged into the cache's (for the next
+    run's order). A file that cannot be written is said and left: the run's result stands."""
+    for path, tests in ((RUN_FILE, dict(durations)), (cache_file(), {**known(), **durations})):
+        try:
+            _write(path, tests)
+        except OSError as exc:  # a read-only checkout or cache still runs its tests
+            print(f"durations: cannot write {path}: {exc}", file=sys.stderr)

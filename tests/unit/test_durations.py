@@ -1,0 +1,49 @@
+"""The seconds the suite orders its work by (tests/durations.py): kept across runs on this
+machine, merged run after run, and never a reason to fail or skip."""
+
+import json
+
+import pytest
+
+from tests import durations
+
+
+@pytest.fixture
+def files(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(durations, "RUN_FILE", tmp_path / "build" / "test-durations.json")
+    return tmp_path
+
+
+def test_a_run_of_one_tier_keeps_the_others_seconds_for_the_next_order(files):
+    durations.save({"tests/unit/a.py::t": 1.0, "tests/e2e/b.py::t": 80.0})
+    durations.save({"tests/unit/a.py::t": 2.5})
+    assert durations.known() == {"tests/unit/a.py::t": 2.5, "tests/e2e/b.py::t": 80.0}
+    # build/ holds this run's figures alone, slowest first
+    run = json.loads(durations.RUN_FILE.read_text())
+    assert run == {"seconds": 2.5, "tests": {"tests/unit/a.py::t": 2.5}}
+
+
+def test_a_scope_no_run_has_timed_weighs_its_engine_starts():
+    members = {"m.py": ["m.py::a", "m.py::b"], "n.py": ["n.py::c"], "o.py::d": ["o.py::d"]}
+    seen = {"m.py::a": 3.0, "m.py::b": 4.0}
+    got = durations.scope_seconds(members, {"n.py": 2}, seen)
+    assert got == {"m.py": 7.0, "n.py": 2 * durations.START_SECONDS, "o.py::d": 0.0}
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"tests": [1, 2]}', '{"tests": {"a": "slow", "b": -1, "c": true, "d": 2}}', "[]"])
+def test_a_damaged_cache_file_orders_by_what_it_still_says(files, text):
+    path = durations.cache_file()
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    assert durations.known() == ({"d": 2.0} if '"d": 2' in text else {})
+    durations.save({"x": 1.0})  # and the next run writes it whole again
+    assert durations.known()["x"] == 1.0
+
+
+def test_an_unwritable_cache_is_said_and_the_run_goes_on(files, capsys):
+    durations.cache_file().parent.parent.mkdir(parents=True)
+    durations.cache_file().parent.write_text("a file where the cache folder should be")
+    durations.save({"x": 1.0})
+    assert "durations: cannot write" in capsys.readouterr().err
+    assert json.loads(durations.RUN_FILE.read_text())["tests"] == {"x": 1.0}
