@@ -7,7 +7,9 @@ scope of 80 s that comes last runs alone on one worker while the other has nothi
 order that ends both workers together is the longest first. A scope's length is what its tests
 took in the runs before (kept in the project's cache, outside the checkout, so that a fresh
 clone on the same machine has them, and merged, so that a run of one tier does not forget the
-others); a scope no run has timed yet counts as its engine starts at START_SECONDS each. The
+others). A machine that has run none (CI's, every time) takes the committed figures of the slow
+tests (SEED_FILE, a full run's on two cores: `python -m tests.durations --seed` writes it again
+from build/); a scope neither knows counts as its engine starts at START_SECONDS each. The
 figures only order the work: no test is skipped or judged by them. Standard library only.
 """
 
@@ -21,6 +23,9 @@ from typing import Dict, Iterable, Mapping
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_FILE = ROOT / "build" / "test-durations.json"
+SEED_FILE = ROOT / "tests" / "durations_seed.json"
+# The tests the seed keeps: those that move the order (the rest are short enough to fill in).
+SEED_MIN_SECONDS = 2.0
 # What an engine start costs on two cores (an interpreter, torch, vLLM, a model build): the
 # weight of a scope whose tests no run on this machine has timed yet.
 START_SECONDS = 15.0
@@ -42,8 +47,9 @@ def _read(path: Path) -> Dict[str, float]:
 
 
 def known() -> Dict[str, float]:
-    """Each test's seconds in the latest run that ran it on this machine."""
-    return _read(cache_file())
+    """Each test's seconds in the latest run that ran it on this machine, or the seed's where
+    this machine has run none."""
+    return _read(cache_file()) or _read(SEED_FILE)
 
 
 def scope_seconds(scope_tests: Mapping[str, Iterable[str]], starts: Mapping[str, int], seen: Mapping[str, float]) -> Dict[str, float]:
@@ -72,3 +78,22 @@ def save(durations: Mapping[str, float]) -> None:
             _write(path, tests)
         except OSError as exc:  # a read-only checkout or cache still runs its tests
             print(f"durations: cannot write {path}: {exc}", file=sys.stderr)
+
+
+def write_seed() -> int:
+    """SEED_FILE from build/test-durations.json (a full run's), its slow tests only."""
+    tests = _read(RUN_FILE)
+    if not tests:
+        print(f"durations: no figures in {RUN_FILE}: run `make test` first", file=sys.stderr)
+        return 1
+    _write(SEED_FILE, {k: round(v) for k, v in tests.items() if v >= SEED_MIN_SECONDS})
+    print(
+        f"durations: {SEED_FILE.relative_to(ROOT)} holds the {sum(v >= SEED_MIN_SECONDS for v in tests.values())} tests of {SEED_MIN_SECONDS:g} s or more"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--seed"]:
+        sys.exit("usage: python -m tests.durations --seed")
+    sys.exit(write_seed())

@@ -12,6 +12,7 @@ from tests import durations
 def files(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(durations, "RUN_FILE", tmp_path / "build" / "test-durations.json")
+    monkeypatch.setattr(durations, "SEED_FILE", tmp_path / "no-seed.json")
     return tmp_path
 
 
@@ -47,3 +48,12 @@ def test_an_unwritable_cache_is_said_and_the_run_goes_on(files, capsys):
     durations.save({"x": 1.0})
     assert "durations: cannot write" in capsys.readouterr().err
     assert json.loads(durations.RUN_FILE.read_text())["tests"] == {"x": 1.0}
+
+
+def test_a_machine_that_has_run_nothing_orders_by_the_committed_seed(files, monkeypatch):
+    seed = files / "seed.json"
+    seed.write_text(json.dumps({"seconds": 90, "tests": {"tests/e2e/b.py::t": 90}}))
+    monkeypatch.setattr(durations, "SEED_FILE", seed)
+    assert durations.known() == {"tests/e2e/b.py::t": 90.0}
+    durations.save({"tests/unit/a.py::t": 1.0})  # once this machine has its own figures, they win
+    assert durations.known() == {"tests/unit/a.py::t": 1.0, "tests/e2e/b.py::t": 90.0}
