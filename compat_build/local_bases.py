@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from . import cache
 from . import manifest as manifest_mod
 
 if sys.version_info >= (3, 11):
@@ -70,8 +71,7 @@ class Base:
 
 
 def cache_dir() -> str:
-    default = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "enginex-compat")
-    return os.environ.get("COMPAT_BASES_CACHE") or os.path.join(default, "bases")
+    return os.environ.get("COMPAT_BASES_CACHE") or os.path.join(cache.root(), "bases")
 
 
 def load_spec(path: str = SPEC) -> Tuple[Dict, Dict[str, Base]]:

@@ -40,7 +40,7 @@ import tempfile
 import time
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from . import local_bases, owner
+from . import cache, local_bases, owner
 from . import manifest as manifest_mod
 
 GB = 1 << 30
@@ -54,13 +54,9 @@ TEST_VERSION = re.compile(r"^v0\.0\.(\d{18,20})$")  # tests/images/test_release.
 DANGLING_AFTER_MIN = 10.0  # a build's last image is untagged for a moment before its tag lands
 
 
-def cache_root() -> str:
-    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "enginex-compat")
-
-
 def registry_storage() -> str:
     """The tests' registry storage: it outlives the runs, like the daemon's layers."""
-    return os.path.join(cache_root(), "registry")
+    return os.path.join(cache.root(), "registry")
 
 
 def registry_lock() -> str:
@@ -355,7 +351,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("prune: no Docker daemon answers (run it through `make docker-prune`, which starts one)", file=sys.stderr)
         return 1
     data_root = local_bases.docker_root() if daemon else None
-    watched = [p for p in (data_root, cache_root()) if p]
+    watched = [p for p in (data_root, cache.root()) if p]
     before = free_bytes(watched)
     whole = not opts.sweep
     if daemon:

@@ -18,8 +18,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Dict, Iterable, Mapping
+
+from compat_build import cache
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_FILE = ROOT / "build" / "test-durations.json"
@@ -32,8 +35,7 @@ START_SECONDS = 15.0
 
 
 def cache_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "enginex-compat" / "test-durations.json"
+    return Path(cache.root()) / "test-durations.json"
 
 
 def _read(path: Path) -> Dict[str, float]:
@@ -50,6 +52,44 @@ def known() -> Dict[str, float]:
     """Each test's seconds in the latest run that ran it on this machine, or the seed's where
     this machine has run none."""
     return _read(cache_file()) or _read(SEED_FILE)
+
+
+# The file of the figures this run orders by, read once by the run's own process and named to its
+# pytest-xdist workers (they inherit the variable): a run that ends in another terminal while the
+# workers collect must not give them two orders, which pytest-xdist refuses.
+SNAPSHOT_VARIABLE = "COMPAT_TEST_SECONDS_FILE"
+_held: Dict[str, str] = {}  # the file this process made, removed by it alone
+
+
+def hold_for_run() -> None:
+    """Keep today's figures for this run and its workers (the run's own process, at its start)."""
+    if os.environ.get(SNAPSHOT_VARIABLE):
+        return
+    try:
+        fd, path = tempfile.mkstemp(prefix="enginex-compat-test-seconds-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"tests": known()}, fh)
+    except OSError as exc:  # then each process reads the cache itself, as a run without workers does
+        print(f"durations: cannot keep this run's figures: {exc}", file=sys.stderr)
+        return
+    os.environ[SNAPSHOT_VARIABLE] = _held["path"] = path
+
+
+def for_this_run() -> Dict[str, float]:
+    """The figures this run orders by: those held at its start, else today's."""
+    path = os.environ.get(SNAPSHOT_VARIABLE)
+    return _read(Path(path)) if path else known()
+
+
+def release() -> None:
+    """Remove the file `hold_for_run` made here (a run started inside another keeps its parent's)."""
+    path = _held.pop("path", None)
+    if path:
+        os.environ.pop(SNAPSHOT_VARIABLE, None)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def scope_seconds(scope_tests: Mapping[str, Iterable[str]], starts: Mapping[str, int], seen: Mapping[str, float]) -> Dict[str, float]:
