@@ -47,6 +47,8 @@ def pytest_configure(config):
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         pin_this_worker(worker, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    else:
+        durations.hold_for_run()  # one order for every worker of this run
 
 
 def pytest_report_header(config):
@@ -78,7 +80,7 @@ def pytest_collection_modifyitems(session, config, items):
     members: dict = {}
     for nodeid, scope in scope_of.items():
         members.setdefault(scope, []).append(nodeid)
-    seconds = durations.scope_seconds(members, {s: _scope_starts(s, budget) for s in members}, durations.known())
+    seconds = durations.scope_seconds(members, {s: _scope_starts(s, budget) for s in members}, durations.for_this_run())
     items.sort(key=lambda item: -seconds[scope_of[item.nodeid]])  # stable: a scope stays together
 
 
@@ -140,6 +142,7 @@ def pytest_sessionfinish(session, exitstatus):
         return
     if _budget_problems(session.config, load_budget()) and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # what the budget says is in the summary
+    durations.release()
     if _durations:
         durations.save(_durations)
 

@@ -15,7 +15,7 @@ share, and left their own idle. Standard library only.
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Set
 
 # What a worker sets in its own environment, read by every engine start it makes.
 PIN_VARIABLES = ("VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS")
@@ -35,6 +35,15 @@ def bind_string(cores: List[int]) -> str:
     if cores == list(range(cores[0], cores[-1] + 1)):
         return str(cores[0]) if len(cores) == 1 else f"{cores[0]}-{cores[-1]}"
     return ",".join(map(str, cores))
+
+
+def cpu_set(listing: str) -> Set[int]:
+    """The cores of a kernel CPU list ("0-2,5", /proc/PID/status's Cpus_allowed_list)."""
+    cores: Set[int] = set()
+    for part in listing.strip().split(","):
+        first, _, last = part.partition("-")
+        cores.update(range(int(first), int(last or first) + 1))
+    return cores
 
 
 def pin_this_worker(worker: str, workers: int) -> Optional[List[int]]:

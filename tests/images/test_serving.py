@@ -11,6 +11,7 @@ container was given (red line 3), checked on the process vLLM runs as.
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +21,7 @@ import pytest
 from common.image_checks.selftest import SHELL_VARS
 from common.triage import triage_file
 from compat_build import manifest
+from tests.cores import cpu_set
 from tests.engine import ENGINES, COMMON_ENV
 from tests.fixtures.factory import author_record
 from tests.images.cards import serving_cards, transformers5_repairs, vanilla_refusing_cards
@@ -76,6 +78,9 @@ def test_a_transformers5_model_is_served_with_its_authors_greedy_tokens(images, 
     assert got == author["reference_tokens"]
     log = srv.log()
     assert "[compat] exec vllm serve /model" in log
+    # The engine ran on this worker's cores, not beside the other worker's engines (containers.py).
+    status, text = srv.exec("grep", "Cpus_allowed_list", "/proc/1/status")
+    assert status == 0 and cpu_set(text.split(":")[1]) == os.sched_getaffinity(0), text
     assert triaged(tmp_path, log) == "unknown", log[-3000:]  # a healthy start is claimed by no rule
     # The root is read-only and /model too: the plan's report is in the tmpfs work dir, and the
     # model is as it was.

@@ -2,6 +2,7 @@
 machine, merged run after run, and never a reason to fail or skip."""
 
 import json
+import os
 
 import pytest
 
@@ -57,3 +58,19 @@ def test_a_machine_that_has_run_nothing_orders_by_the_committed_seed(files, monk
     assert durations.known() == {"tests/e2e/b.py::t": 90.0}
     durations.save({"tests/unit/a.py::t": 1.0})  # once this machine has its own figures, they win
     assert durations.known() == {"tests/unit/a.py::t": 1.0, "tests/e2e/b.py::t": 90.0}
+
+
+def test_every_worker_of_a_run_orders_by_the_figures_of_its_start(files, monkeypatch):
+    """A run that ends in another terminal while this run's workers collect changes the cache;
+    the workers (which inherit the variable) still order by what the run read at its start."""
+    monkeypatch.delenv(durations.SNAPSHOT_VARIABLE, raising=False)
+    monkeypatch.setattr(durations, "_held", {})  # this pytest's own run holds its file apart
+    durations.save({"tests/e2e/b.py::t": 80.0})
+    durations.hold_for_run()
+    held = os.environ[durations.SNAPSHOT_VARIABLE]
+    durations.save({"tests/e2e/b.py::t": 5.0, "tests/e2e/c.py::t": 60.0})  # the other run ends
+    assert durations.for_this_run() == {"tests/e2e/b.py::t": 80.0}
+    assert durations.known()["tests/e2e/b.py::t"] == 5.0
+    durations.release()
+    assert not os.path.exists(held) and durations.SNAPSHOT_VARIABLE not in os.environ
+    assert durations.for_this_run() == durations.known()
