@@ -13,9 +13,11 @@ working directory and log:
                                              interpreter would have had
 A V1 engine's core process (0.11, 0.32) and its multiprocessing executor's workers (0.11's when
 sharded, 0.32's always) are forked from the child too, where the CPU platform would spawn them and
-import everything again; the cards' accelerator platforms fork them as well.
-Only these two differ from the image's; tests/engine.py's Server keeps the real exec (and so the
-spawned core) for the tests that prove it (`exec_=True`), and so does a start whose plan patched
+import everything again (the cards' accelerator platforms fork them as well), and so is the
+process vLLM 0.5.5's OpenAI server keeps its engine in (spawned there on every platform: the
+engine's code and its work are the same, the import is not paid again).
+Only the exec and these forks differ from the image's; tests/engine.py's Server keeps the real
+exec (and so the spawned processes) for the tests that prove it (`exec_=True`), and so does a start whose plan patched
 the engine's source on disk (H1): the modules this host imported are not the patched ones, so the child then
 execs for real. Each child leads its own session (a kill of its group stops the engine's
 processes with it) and writes only to its log.
@@ -209,19 +211,46 @@ def _spawned_processes_forked() -> None:
     """V1 engines start their engine core as a process of its own, and their multiprocessing
     executor's workers as others (0.11's at tensor-parallel sizes above 1, 0.32's at every size),
     all spawned on the CPU platform (which sets VLLM_WORKER_MULTIPROC_METHOD=spawn) and forked on
-    an accelerator. A spawn imports torch and vLLM again (6-10 s here, per rank), what this host
-    exists to pay once: here they are forked, as the cards' own engines fork them."""
+    an accelerator; vLLM 0.5.5's OpenAI server spawns the process that holds its engine (the RPC
+    server of its multiprocessing frontend) on every platform. A spawn imports torch and vLLM
+    again (6-10 s here, per process), what this host exists to pay once: here they are forked."""
     import multiprocessing
 
     for name in ("vllm.v1.engine.utils", "vllm.v1.executor.multiproc_executor"):
-        module = sys.modules.get(name)
-        if module is None:
-            try:
-                module = importlib.import_module(name)
-            except ImportError:  # vLLM 0.5.5: neither process
-                continue
-        if hasattr(module, "get_mp_context"):
+        module = _module(name)  # vLLM 0.5.5: neither process
+        if module is not None and hasattr(module, "get_mp_context"):
             module.get_mp_context = lambda: multiprocessing.get_context("fork")
+    api_server = _module("vllm.entrypoints.openai.api_server")
+    if api_server is not None and hasattr(api_server, "run_rpc_server"):  # 0.5.x's frontend
+        api_server.multiprocessing = _ForkingFrontend()
+
+
+def _module(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+class _ForkingFrontend:
+    """`multiprocessing` as vLLM 0.5.5's api_server module sees it: its get_context("spawn")
+    (the one call it makes) gives processes forked from the server, which start by forgetting
+    the server's running event loop (the RPC server runs a loop of its own: uvloop.run refuses to
+    start one where another is running, and a forked thread still names the parent's)."""
+
+    @staticmethod
+    def get_context(method: Optional[str] = None) -> Any:
+        import asyncio
+        import multiprocessing
+
+        fork = multiprocessing.get_context("fork")
+
+        class Process(fork.Process):  # type: ignore[name-defined,misc]
+            def run(self) -> None:
+                asyncio.events._set_running_loop(None)
+                super().run()
+
+        return type("ForkContext", (), {"Process": Process})
 
 
 def _sitecustomize(entries: List[str]) -> None:
