@@ -55,14 +55,14 @@ def pytest_report_header(config):
     return f"fuzz seed: {os.environ['FUZZ_SEED']} (FUZZ_SEED={os.environ['FUZZ_SEED']} runs the same inputs again)"
 
 
-def _scope(nodeid: str, budget: dict) -> str:
+def _scope(nodeid: str) -> str:
     """The unit pytest-xdist hands one worker whole: the image tier (one registry, one sweep of the
-    daemon), each module that starts engines (its module-scoped starts are shared by its tests, and
-    a batch fixture would otherwise run on both workers), and every other test alone."""
+    daemon) and each other module. A module's module-scoped fixtures (an engine start its tests
+    share, a batch of saves or reads in an engine's Python) are made once per module run: tests of
+    one module handed out apart, between other modules' (the longest-first order puts each test
+    by its own seconds), would make them again at every return to the module, on both workers."""
     module = nodeid.split("::", 1)[0]
-    if module.startswith("tests/images/"):
-        return "images"
-    return module if module in budget else nodeid
+    return "images" if module.startswith("tests/images/") else module
 
 
 def _scope_starts(scope: str, budget: dict) -> int:
@@ -76,7 +76,7 @@ def pytest_collection_modifyitems(session, config, items):
     # fill in beside them at the end instead of one long scope ending the run alone on one worker
     # (`make test`: two workers). Every worker sorts the same collection by the same figures.
     budget = load_budget()
-    scope_of = {item.nodeid: _scope(item.nodeid, budget) for item in items}
+    scope_of = {item.nodeid: _scope(item.nodeid) for item in items}
     members: dict = {}
     for nodeid, scope in scope_of.items():
         members.setdefault(scope, []).append(nodeid)
@@ -88,13 +88,11 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
-    budget = load_budget()
-
     class TierScheduling(LoadScopeScheduling):
         """pytest-xdist's scope scheduling over `_scope`'s units, in collection order."""
 
         def _split_scope(self, nodeid: str) -> str:
-            return _scope(nodeid, budget)
+            return _scope(nodeid)
 
     config.option.loadscopereorder = False  # the order of the collection is the one wanted
     return TierScheduling(config, log)

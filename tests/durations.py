@@ -1,8 +1,8 @@
 """Every test's seconds: this run's (build/test-durations.json, slowest first) and the ones the
 next run orders its work by.
 
-`make test` hands the suite's scopes (conftest.py `_scope`: the image tier, each module that
-starts engines, every other test alone) to two workers, each taking the next as it frees up. A
+`make test` hands the suite's scopes (conftest.py `_scope`: the image tier and each other
+module) to two workers, each taking the next as it frees up. A
 scope of 80 s that comes last runs alone on one worker while the other has nothing left: the
 order that ends both workers together is the longest first. A scope's length is what its tests
 took in the runs before (kept in the project's cache, outside the checkout, so that a fresh
