@@ -14,6 +14,7 @@ Each vLLM start costs 15-30 s on two cores: one server per model, every assertio
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Dict
@@ -140,6 +141,10 @@ def test_vanilla_without_chat_template_chat_400_completions_200(bi100_models, se
     model = bi100_models("notemplate")  # saved by transformers 4.57: `dtype`, no `torch_dtype`
     srv = vanilla(server, model)
     assert srv.wait_ready(), srv.log()[-3000:]
+    # The test harness forks the process the server keeps its engine in (tests/engine_host.py),
+    # where vLLM spawns it: a spawned one runs multiprocessing's spawn_main and imports it all again.
+    engine_pid = re.search(r"Started engine process with PID (\d+)", srv.log()).group(1)
+    assert "spawn_main" not in Path(f"/proc/{engine_pid}/cmdline").read_text(), "the engine process was spawned"
     status, body = srv.chat(str(model))
     assert status == 400
     assert "default chat template is no longer allowed" in body["message"]
