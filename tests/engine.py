@@ -9,11 +9,15 @@ A test picks one (`ENGINE_055.env()`, `ENGINE_055.serve_argv_vanilla(...)`); the
 names (ENGINE_BIN, engine_env, serve_argv_vanilla, launcher_argv) are the 0.11.0 engine's.
 """
 
+import atexit
+import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -39,6 +43,17 @@ def vllm_cache(venv: str) -> str:
     generations overwrite each other's entries (same file names, other sources), so each venv
     gets its own, beside it in the venv cache (a new venv spec, a new cache)."""
     return str((ROOT / venv).resolve() / "vllm-cache")
+
+
+@functools.cache
+def ipc_dir() -> str:
+    """Where the engines this test process starts put their ZeroMQ sockets (VLLM_RPC_BASE_PATH,
+    by default the temp dir itself): an engine stopped by a kill leaves its socket file behind, and
+    the suite's few hundred starts left a hundred or so in /tmp at every run. One directory per
+    test process, removed when it ends."""
+    path = tempfile.mkdtemp(prefix="vllm-ipc-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 @dataclass(frozen=True)
@@ -74,6 +89,7 @@ class Engine:
         env = dict(os.environ)
         env.update(COMMON_ENV)
         env["VLLM_CACHE_ROOT"] = vllm_cache(self.venv)
+        env.setdefault("VLLM_RPC_BASE_PATH", ipc_dir())
         env.update(self.extra_env)
         env["PATH"] = f"{self.bin}{os.pathsep}{env.get('PATH', '')}"
         for key in ("COMPAT_ENGINE_PYTHON", "PYTHONPATH", "VIRTUAL_ENV"):
