@@ -101,8 +101,8 @@ demo: venv author-env
 # runs pytest without a shell between: a kill of the run reaches pytest (make passes SIGTERM on to
 # its children). pytest prints the 30 slowest tests and writes every test's seconds to
 # build/test-durations.json (tests/durations.py). TEST_WORKERS pytest workers side by side
-# (pytest-xdist), each pinned to its own share of the cores (tests/cores.py); a module that starts
-# engines runs whole on one worker, the longest work first (conftest.py), and the run fails when
+# (pytest-xdist), each pinned to its own share of the cores (tests/cores.py); each module runs
+# whole on one worker, the longest first (conftest.py), and the run fails when
 # a module makes more engine starts than tests/engine_starts.toml allows.
 TEST_WORKERS ?= 2
 test:
