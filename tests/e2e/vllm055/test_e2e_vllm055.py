@@ -22,7 +22,7 @@ from typing import Dict
 import pytest
 
 from common.triage import triage_file
-from tests.engine import ENGINE_055, Server, free_port
+from tests.engine import ENGINE_055, Server, free_port, ipc_dir
 from tests.fixtures.factory import SCRIPT, author_record, build
 
 ENGINE = ENGINE_055
@@ -143,8 +143,12 @@ def test_vanilla_without_chat_template_chat_400_completions_200(bi100_models, se
     assert srv.wait_ready(), srv.log()[-3000:]
     # The test harness forks the process the server keeps its engine in (tests/engine_host.py),
     # where vLLM spawns it: a spawned one runs multiprocessing's spawn_main and imports it all again.
-    engine_pid = re.search(r"Started engine process with PID (\d+)", srv.log()).group(1)
-    assert "spawn_main" not in Path(f"/proc/{engine_pid}/cmdline").read_text(), "the engine process was spawned"
+    started = re.search(r"Started engine process with PID (\d+)", srv.log())
+    assert started, srv.log()[-3000:]
+    assert "spawn_main" not in Path(f"/proc/{started.group(1)}/cmdline").read_text(), "the engine process was spawned"
+    # Its ZeroMQ socket is in the test process's own directory (tests/engine.py `ipc_dir`), not /tmp.
+    rpc = re.search(r"Multiprocessing frontend to use ipc://(\S+) for RPC Path", srv.log())
+    assert rpc and Path(rpc.group(1)).parent == Path(ipc_dir()), srv.log()[-3000:]
     status, body = srv.chat(str(model))
     assert status == 400
     assert "default chat template is no longer allowed" in body["message"]
