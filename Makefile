@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CARD   ?= nv-a100
 
-.PHONY: conformance help venv author-env engine-env engine055-env engine-next-env upstream-src envs models-v5 models-455 models-457 image-change-models base-engine base-engine055 base-engine-next bases-in-daemon images-on-engine images-on-engine055 images-on-engine-next images-in-daemon base-images images docker-prune demo test test-in-daemon test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
+.PHONY: conformance help venv author-env engine-env engine055-env engine-next-env upstream-src vllm-caches envs models-v5 models-455 models-457 image-change-models base-engine base-engine055 base-engine-next bases-in-daemon images-on-engine images-on-engine055 images-on-engine-next images-in-daemon base-images images docker-prune demo test test-in-daemon test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
 
 help:
 	@echo "make demo        build an example broken model and show what the $(CARD) image would do"
@@ -51,6 +51,10 @@ models-455: models-v5 engine055-env
 models-457: models-v5 engine-env
 	@$(PY) -m conformance models --image-changes --saver 457
 image-change-models: models-455 models-457
+# vLLM's model-class inspections written into the caches the tests' starts of vLLM 0.11 and 0.32
+# use (tests/vllm_caches.py says why; 0.5.5 keeps none), as soon as those venvs are there.
+vllm-caches: venv engine-env engine-next-env
+	@$(PY) -m tests.vllm_caches .venv-engine .venv-engine-next
 envs: venv author-env engine-env engine055-env engine-next-env upstream-src
 
 # A Docker daemon for the command after it: the one that answers, or one started for that command
@@ -109,7 +113,7 @@ test:
 	@$(WITH_DOCKER) $(MAKE) --no-print-directory test-in-daemon
 test-in-daemon:
 	@$(PYTHON) -m compat_build.prune --sweep --if-daemon
-	@$(MAKE) --no-print-directory -j4 envs image-change-models images-in-daemon IF_DAEMON=--if-daemon
+	@$(MAKE) --no-print-directory -j4 envs vllm-caches image-change-models images-in-daemon IF_DAEMON=--if-daemon
 	$(PY) -m pytest -n $(TEST_WORKERS) --durations=30
 
 test-fast: venv author-env upstream-src
@@ -118,7 +122,7 @@ test-fast: venv author-env upstream-src
 # The conformance matrix (conformance/README.md): every case on every card's engine, through the
 # card's launcher; writes conformance/results.json, its README table and the cells doctor reads.
 # Only the cells not yet run or whose fingerprint no longer matches the code (CONFORMANCE_ARGS=--all: every one).
-conformance: venv author-env engine-env engine055-env engine-next-env
+conformance: venv author-env engine-env engine055-env engine-next-env vllm-caches
 	@$(PY) -m conformance run $(CONFORMANCE_ARGS)
 
 # The committed fixture models the unit tests read, made again by their authors' transformers.
