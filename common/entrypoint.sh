@@ -30,6 +30,34 @@ bounded() {
     esac
 }
 
+# vLLM's model-class inspections, written at the image's build with vLLM's own code
+# (compat_build/image_steps/bake_modelinfos.py), copied where this start's vLLM keeps its cache
+# unless that cache has its own: vLLM >= 0.10 otherwise inspects the model's class in a subprocess
+# that imports vLLM a second time (8-10 s) at every start of a container, whose cache is new.
+# vLLM uses an entry only while it matches the hash of the model's source, and it is the answer
+# vLLM would have computed: the start changes by that wait alone, and by nothing else (no argument,
+# no variable). Never under COMPAT_DISABLE=1, and a copy that fails is left to vLLM.
+seed_vllm_cache() {
+    local seed="$COMPAT_HOME/vllm-cache/modelinfos" root
+    [ -d "$seed" ] || return 0
+    if [ -n "${VLLM_CACHE_ROOT:-}" ]; then
+        root=$VLLM_CACHE_ROOT
+    elif [ -n "${XDG_CACHE_HOME:-}" ]; then
+        root=$XDG_CACHE_HOME/vllm
+    elif [ -n "${HOME:-}" ]; then
+        root=$HOME/.cache/vllm
+    else
+        return 0  # vLLM would ask the password database: not guessed here
+    fi
+    case "$root" in /*) ;; *) return 0 ;; esac
+    [ -e "$root/modelinfos" ] && return 0
+    mkdir -p "$root" 2>/dev/null && cp -R "$seed" "$root/.modelinfos.$$" 2>/dev/null \
+        && mv -T "$root/.modelinfos.$$" "$root/modelinfos" 2>/dev/null
+    rm -rf "$root/.modelinfos.$$" 2>/dev/null
+    return 0
+}
+[ "${COMPAT_DISABLE:-0}" = "1" ] || seed_vllm_cache
+
 # `docker run --rm IMAGE selftest [--card CARD] [--json]`: the image checks itself instead of
 # starting vLLM (common/image_checks/selftest.py: this entrypoint on the models bundled with the image, vLLM
 # replaced by a recorder). No argument list vLLM takes starts with this word, nor with `doctor`.

@@ -55,6 +55,15 @@ def bake(cache_root: str) -> Tuple[int, List[str]]:
     return written, failed
 
 
+def readable_by_all(top: str) -> None:
+    """vLLM writes its entries owner-only (a temporary file renamed into place); an image runs as
+    any uid, whose copy of them must be able to read them."""
+    for directory, _, files in os.walk(top):
+        os.chmod(directory, 0o755)
+        for name in files:
+            os.chmod(os.path.join(directory, name), 0o644)
+
+
 def main(argv: List[str]) -> int:
     if len(argv) != 1:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
@@ -65,6 +74,9 @@ def main(argv: List[str]) -> int:
     except ImportError as exc:
         print(f"modelinfos: vLLM does not import for {sys.executable}: {exc}", file=sys.stderr)
         return 1
+    if os.path.isdir(os.path.join(cache_root, "modelinfos")):
+        os.chmod(cache_root, 0o755)
+        readable_by_all(os.path.join(cache_root, "modelinfos"))
     if not written and not failed:
         print(f"modelinfos: this vLLM keeps no model-class inspections ({sys.executable}): nothing to write")
         return 0

@@ -25,6 +25,7 @@ from tests.cores import cpu_set
 from tests.engine import ENGINES, COMMON_ENV
 from tests.fixtures.factory import author_record
 from tests.images.cards import serving_cards, transformers5_repairs, vanilla_refusing_cards
+from tests.images.conftest import IMAGE_HOME
 from tests.images.containers import platform_run_kwargs
 from tests.ports import free_port
 
@@ -59,6 +60,17 @@ def start(containers, images, card: str, model, name: str, env=None):
     return container, port
 
 
+# In a container: "no seed" where the image baked no inspections; else the number of them, after
+# checking that the start's vLLM cache holds them byte for byte, the model's class ($1) among them.
+SEEDED_CACHE = f"""
+seed={IMAGE_HOME}/vllm-cache/modelinfos
+[ -d "$seed" ] || {{ echo "no seed"; exit 0; }}
+cache=${{VLLM_CACHE_ROOT:-${{XDG_CACHE_HOME:-$HOME/.cache}}/vllm}}/modelinfos
+ls "$cache" | grep -q -- "-$1.json$" || {{ echo "no entry of $1 in $cache"; exit 1; }}
+diff -r "$seed" "$cache" && ls "$seed" | wc -l
+"""
+
+
 # One card per engine generation (tests/images/cards.py): a model served shows the engine.
 @pytest.mark.parametrize("card", serving_cards())
 def test_a_transformers5_model_is_served_with_its_authors_greedy_tokens(images, containers, image_models, card, tmp_path):
@@ -89,6 +101,15 @@ def test_a_transformers5_model_is_served_with_its_authors_greedy_tokens(images, 
     assert status == 0 and report["card"] == card and report["model_dir"] == "/model"
     assert {r["code"] for r in report["repairs"]} == transformers5_repairs(card)
     assert {p.name: p.stat().st_mtime_ns for p in model.iterdir()} == before
+    # vLLM's model-class inspections, baked at the build, were in this start's cache before vLLM
+    # started, and vLLM used them as they were (an entry it finds stale it inspects and writes
+    # again); vLLM 0.5.5 keeps none, and its image none to put there.
+    architecture = json.loads((model / "config.json").read_text())["architectures"][0]
+    status, text = srv.exec("sh", "-c", SEEDED_CACHE, "sh", architecture)
+    if engine_of(card).version == "0.5.5":
+        assert status == 0 and text.strip() == "no seed", text
+    else:
+        assert status == 0 and int(text.strip()) > 100, text
 
 
 @pytest.mark.parametrize("card", vanilla_refusing_cards())
