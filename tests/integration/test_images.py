@@ -80,6 +80,24 @@ def test_rendered_context_is_complete_and_lint_clean(tmp_path, card):
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
+def test_the_cards_of_one_base_share_the_baked_inspections_which_no_library_patch_can_change(tmp_path):
+    """vLLM's model-class inspections are baked right after the build steps are copied, before any
+    card's own step: every card of a base renders those lines the same (Docker builds that layer
+    once for them all). Sound because no library patch edits a module of vLLM's models."""
+    from compat_build.patches import PATCHES
+
+    assert not [p.MODULE for p in PATCHES.values() if p.MODULE.startswith(("vllm.model_executor.models", "vllm.models"))]
+    heads = {}
+    for card in CARDS:
+        lines = (rendered(tmp_path, card) / "Dockerfile").read_text().splitlines()
+        bake = next(i for i, line in enumerate(lines) if "bake_modelinfos" in line)
+        assert all(i > bake for i, line in enumerate(lines) if "apply_patches" in line or "install_patched_ops" in line)
+        heads.setdefault(manifest.load().cards[card].base_image, set()).add("\n".join(lines[2 : bake + 1]))
+    assert all(len(h) == 1 for h in heads.values()) and len(heads) < len(CARDS)
+    contexts = [rendered(tmp_path / card, card) / "steps" for card in CARDS]
+    assert all(tree(c) == tree(contexts[0]) for c in contexts)
+
+
 def test_a_profile_baked_without_vllm_never_invents_its_facts(tmp_path):
     """Baked where no vLLM is installed (transformers alone: the dev venv's 4.57): the engine facts are unknown."""
     from compat_build.image_steps.bake_profile import profile_json
