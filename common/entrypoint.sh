@@ -30,15 +30,30 @@ bounded() {
     esac
 }
 
+# The real path of $1, which need not exist yet: its deepest existing directory with symlinks
+# resolved, the rest appended. Fails where that directory cannot be entered.
+real_path() {
+    local path=$1 rest="" dir
+    while [ ! -d "$path" ]; do
+        rest="/${path##*/}$rest"
+        path=${path%/*}
+        [ -n "$path" ] || path=/
+    done
+    dir=$(cd "$path" 2>/dev/null && pwd -P) || return 1
+    printf '%s%s\n' "${dir%/}" "$rest"
+}
+
 # vLLM's model-class inspections, written at the image's build with vLLM's own code
 # (compat_build/image_steps/bake_modelinfos.py), copied where this start's vLLM keeps its cache
 # unless that cache has its own: vLLM >= 0.10 otherwise inspects the model's class in a subprocess
 # that imports vLLM a second time (8-10 s) at every start of a container, whose cache is new.
 # vLLM uses an entry only while it matches the hash of the model's source, and it is the answer
 # vLLM would have computed: the start changes by that wait alone, and by nothing else (no argument,
-# no variable). Never under COMPAT_DISABLE=1, and a copy that fails is left to vLLM.
+# no variable). Never under COMPAT_DISABLE=1, never into the model directory (a cache root that
+# resolves inside it is left to vLLM, as the launcher leaves a work dir there unused), within
+# CHECK_TIMEOUT seconds where coreutils' timeout is there; a copy that fails is left to vLLM.
 seed_vllm_cache() {
-    local seed="$COMPAT_HOME/vllm-cache/modelinfos" root
+    local seed="$COMPAT_HOME/vllm-cache/modelinfos" root real_root real_model
     [ -d "$seed" ] || return 0
     if [ -n "${VLLM_CACHE_ROOT:-}" ]; then
         root=$VLLM_CACHE_ROOT
@@ -51,7 +66,16 @@ seed_vllm_cache() {
     fi
     case "$root" in /*) ;; *) return 0 ;; esac
     [ -e "$root/modelinfos" ] && return 0
-    mkdir -p "$root" 2>/dev/null && cp -R "$seed" "$root/.modelinfos.$$" 2>/dev/null \
+    real_root=$(real_path "$root") || return 0
+    if real_model=$(real_path "$MODEL_DIR"); then
+        case "$real_root/" in
+            "$real_model"/*)
+                echo "[compat] vLLM's cache $root is inside the model directory, which is never written: its model-class inspections are left to vLLM" >&2
+                return 0
+                ;;
+        esac
+    fi
+    mkdir -p "$root" 2>/dev/null && bounded cp -R "$seed" "$root/.modelinfos.$$" 2>/dev/null \
         && mv -T "$root/.modelinfos.$$" "$root/modelinfos" 2>/dev/null
     rm -rf "$root/.modelinfos.$$" 2>/dev/null
     return 0

@@ -22,6 +22,7 @@ Python 3.10: vLLM 0.5.5 runs on it.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -60,7 +61,12 @@ class Crashed(Exception):
 def preload() -> None:
     """What every cell imports: torch, vLLM and its CLI, and torch's answer to its vector
     instruction probe (conformance/vec_isa.py). Nothing here may run torch work (a child forked
-    after OpenMP threads started can hang) nor ask torch for CUDA (its forks could not start it)."""
+    after OpenMP threads started can hang) nor ask torch for CUDA (its forks could not start it).
+
+    Last, what was imported leaves the garbage collector's view: every child forked from here
+    would otherwise walk those half a million objects again at each full collection as it builds its
+    engine (a quarter to a third of a cell's seconds on two cores). Only when a collection
+    happens changes; what the engine computes does not."""
     import torch  # noqa: F401
     import vllm  # noqa: F401
 
@@ -72,6 +78,8 @@ def preload() -> None:
         except ImportError:
             continue
     vec_isa.answer_once()
+    gc.collect()
+    gc.freeze()
 
 
 def _cli() -> Tuple[Callable[[], Any], Callable[[Callable[[Any], None]], None]]:

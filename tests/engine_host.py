@@ -33,6 +33,7 @@ Python 3.10: vLLM 0.5.5 runs on it.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import json
@@ -308,6 +309,8 @@ def _read_line(conn: socket.socket) -> bytes:
 def main(argv: List[str]) -> int:
     preload()
     import common.start.launch  # noqa: F401 - the launcher's own imports, paid once too
+
+    gc.freeze()  # with the rest of what preload() left out of the collector's view
 
     Host(argv[0]).serve()
     return 0

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -99,7 +100,9 @@ def test_missing_vllm_exits_127_with_a_line(models, env_for_tests):
 
 
 def _entrypoint(env, *args):
-    env = dict(env, COMPAT_HOME=str(ROOT), COMPAT_PYTHON=env.get("COMPAT_PYTHON", sys.executable))
+    env = dict(env)
+    env.setdefault("COMPAT_HOME", str(ROOT))
+    env.setdefault("COMPAT_PYTHON", sys.executable)
     return subprocess.run(["bash", str(ENTRYPOINT), *args], env=env, capture_output=True, text=True, timeout=180)
 
 
@@ -213,3 +216,42 @@ def test_the_last_guard_lets_only_their_overrides_value_change(changed, ok):
     plan = Plan(card="nv-a100", model_dir="/m")
     plan.args, plan.user_args = ["--chat-template", "/t"], changed
     assert _sane(plan, ["--port", "1", "--hf-overrides", '{"b": 2}']) is ok
+
+
+def _seeding_home(tmp_path: Path) -> Path:
+    """A COMPAT_HOME like the image's: the runtime package, and vLLM's baked model-class
+    inspections (one entry)."""
+    home = tmp_path / "compat-home"
+    (home / "vllm-cache" / "modelinfos").mkdir(parents=True)
+    (home / "vllm-cache" / "modelinfos" / "llama.json").write_text('{"baked": true}')
+    (home / "common").symlink_to(ROOT / "common")
+    return home
+
+
+def test_entrypoint_seeds_vllms_cache_outside_the_model_and_never_inside(models, env_for_tests, fake_vllm, tmp_path):
+    """The baked inspections go where the start's vLLM keeps its cache, and nowhere when that
+    cache resolves inside the model directory (directly or through a symlink): the model is
+    never written, the start goes on, and the log says why vLLM inspects for itself."""
+    _, called = fake_vllm
+    home = _seeding_home(tmp_path)
+    model = tmp_path / "model"
+    shutil.copytree(models("457-generic"), model)  # writable, as a platform's mount may be
+    before = sorted(p.relative_to(model) for p in model.rglob("*"))
+    (tmp_path / "into-model").symlink_to(model)
+    env = dict(env_for_tests, MODEL_DIR=str(model), COMPAT_HOME=str(home))
+    env.pop("XDG_CACHE_HOME", None)
+
+    proc = _entrypoint(dict(env, HOME=str(tmp_path / "home"), VLLM_CACHE_ROOT=""), "--port", "9")
+    assert proc.returncode == 0, proc.stderr
+    seeded = tmp_path / "home" / ".cache" / "vllm" / "modelinfos" / "llama.json"
+    assert seeded.read_text() == '{"baked": true}' and called()["argv"][-2:] == ["--port", "9"]
+    seeded.write_text('{"vllms own": true}')  # a cache with inspections of its own keeps them
+    assert _entrypoint(dict(env, HOME=str(tmp_path / "home"), VLLM_CACHE_ROOT=""), "--port", "9").returncode == 0
+    assert seeded.read_text() == '{"vllms own": true}'
+
+    for root in (model / ".cache" / "vllm", tmp_path / "into-model" / "cache"):
+        proc = _entrypoint(dict(env, VLLM_CACHE_ROOT=str(root)), "--port", "9")
+        assert proc.returncode == 0, proc.stderr
+        assert f"vLLM's cache {root} is inside the model directory" in proc.stderr
+        assert called()["argv"][-2:] == ["--port", "9"]
+    assert sorted(p.relative_to(model) for p in model.rglob("*")) == before
