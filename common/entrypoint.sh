@@ -31,7 +31,8 @@ bounded() {
 }
 
 # The real path of $1, which need not exist yet: its deepest existing directory with symlinks
-# resolved, the rest appended. Fails where that directory cannot be entered.
+# resolved, the rest appended. Fails where that directory cannot be entered, and where the rest
+# climbs with "..": mkdir -p would follow it out of (or into) what was resolved.
 real_path() {
     local path=$1 rest="" dir
     while [ ! -d "$path" ]; do
@@ -39,6 +40,7 @@ real_path() {
         path=${path%/*}
         [ -n "$path" ] || path=/
     done
+    case "$rest/" in */../*) return 1 ;; esac
     dir=$(cd "$path" 2>/dev/null && pwd -P) || return 1
     printf '%s%s\n' "${dir%/}" "$rest"
 }
@@ -66,7 +68,10 @@ seed_vllm_cache() {
     fi
     case "$root" in /*) ;; *) return 0 ;; esac
     [ -e "$root/modelinfos" ] && return 0
-    real_root=$(real_path "$root") || return 0
+    real_root=$(real_path "$root") || {
+        echo "[compat] vLLM's cache $root cannot be resolved to a real path: its model-class inspections are left to vLLM" >&2
+        return 0
+    }
     if real_model=$(real_path "$MODEL_DIR"); then
         case "$real_root/" in
             "$real_model"/*)

@@ -254,4 +254,10 @@ def test_entrypoint_seeds_vllms_cache_outside_the_model_and_never_inside(models,
         assert proc.returncode == 0, proc.stderr
         assert f"vLLM's cache {root} is inside the model directory" in proc.stderr
         assert called()["argv"][-2:] == ["--port", "9"]
+    # Climbing out of a directory that does not exist yet, into the model: not resolvable, so
+    # not written (mkdir -p would have created it inside the model).
+    climbing = f"{tmp_path}/not-yet/../model/cache"
+    proc = _entrypoint(dict(env, VLLM_CACHE_ROOT=climbing), "--port", "9")
+    assert proc.returncode == 0 and f"vLLM's cache {climbing} cannot be resolved" in proc.stderr, proc.stderr
+    assert called()["argv"][-2:] == ["--port", "9"]
     assert sorted(p.relative_to(model) for p in model.rglob("*")) == before
