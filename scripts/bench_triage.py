@@ -4,8 +4,9 @@ triage_mb_per_s           MB of log triaged per second at 4x size (goal >= 100)
 triage_time_ratio_4x_1x   time for the 4x log / time for the 1x log (linear: about 4.0)
 
 The base text is real: the output of `vllm serve --help` from the engine venv (the engine's own
-lines, ~60 KB), repeated to the target size, ending with the real R3b failure line vanilla vLLM
-0.11.0 prints for a transformers-5 tokenizer. Each size is triaged in-process, best of three.
+lines: vLLM 0.11 prints its grouped usage, about 1.6 KB), repeated to the target size, ending
+with the real R3b failure line vanilla vLLM 0.11.0 prints for a transformers-5 tokenizer. Each
+size is triaged in-process, best of three.
 """
 
 import os

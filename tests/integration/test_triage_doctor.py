@@ -237,6 +237,18 @@ def test_every_signature_has_a_literal_anchor():
         literal_anchor(r"abc|def")
 
 
+def test_the_signatures_share_their_passes_over_a_log():
+    from common.triage import MAX_PASSES, SHARED_KEYS, signatures
+
+    sigs = signatures()
+    # A line that matches holds the anchor, and the anchor its key: searching the key finds it.
+    assert all(sig.key in sig.anchor for sig in sigs)
+    # A shared key that serves one signature is a shorter, so dearer, pass than that anchor alone.
+    lone = [key for key in SHARED_KEYS if sum(sig.key == key for sig in sigs) < 2]
+    assert lone == []
+    assert len({sig.key for sig in sigs}) <= MAX_PASSES, "a new pass over every log: share a key, or raise MAX_PASSES knowingly"
+
+
 # ---- doctor ---------------------------------------------------------------------------------
 
 
