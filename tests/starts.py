@@ -91,4 +91,7 @@ def summary(starts: Iterable[Tuple[str, str]], budget: Dict[str, int]) -> str:
     starts = list(starts)
     kinds = collections.Counter(kind for _, kind in starts)
     detail = ", ".join(f"{kinds[k]} {k}" for k in KINDS if kinds[k]) or "none"
-    return f"engine starts: {len(starts)} ({detail}); the budget of the whole suite: {sum(budget.values())}"
+    held = f"the modules' budget: {sum(budget.values())}"
+    if kinds["host"]:  # held to their own bound (hosts), not a module's line
+        held += f" (the {kinds['host']} hosts apart: at most one per engine venv and worker)"
+    return f"engine starts: {len(starts)} ({detail}); {held}"

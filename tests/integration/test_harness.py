@@ -82,3 +82,6 @@ def test_hosts_are_no_modules_and_one_per_engine_and_worker():
     assert starts.by_module(made) == {"tests/test_a.py": {"server": 1}}
     assert starts.host_problems(made, workers=1, engines=3) == []
     assert starts.host_problems(made * 2, workers=1, engines=3) == ["4 engine hosts started, more than one per engine (3) and worker (1)"]
+    # The run's last line holds the modules' starts against their budget, and names the hosts apart.
+    line = starts.summary(made, {"tests/test_a.py": 1})
+    assert line == "engine starts: 3 (1 server, 2 host); the modules' budget: 1 (the 2 hosts apart: at most one per engine venv and worker)"
