@@ -7,16 +7,21 @@ Each file (plain text, .gz, or a JSON error report) gets one code of the registr
 Logs can be gigabytes: they are read in blocks, never whole. Each signature has a literal anchor
 (its longest plain substring), and anchors that share a short key are searched together: a block
 is searched for each key with bytes.find, and a signature's regular expression runs only on the
-lines that hold its anchor. Invalid UTF-8 is replaced, never fatal.
+lines that hold its anchor. Invalid UTF-8 is replaced, never fatal. A large plain file is split
+in ranges of whole lines, one process a core, since the searches are CPU-bound and the ranges
+independent.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import multiprocessing
 import os
 import re
+import threading
 import zlib
+from itertools import repeat
 
 from .start.log import say
 from .codes import all_codes
@@ -26,6 +31,9 @@ if TYPE_CHECKING:
     from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 BLOCK = 4 << 20
+# A plain file gets one process per core of this process's, each a range of at least this many
+# bytes: below it a second process costs more than it saves.
+RANGE_MIN_BYTES = 32 << 20
 JSON_REPORT_CAP = 64 << 20  # a JSON report larger than this is scanned as text
 EVIDENCE_CHARS = 300
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -144,20 +152,73 @@ def _blocks(path: str) -> Iterator[bytes]:
     """The file's bytes in blocks that end on a line boundary (.gz decompressed on the fly)."""
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rb") as fh:
-        rest = b""
-        while True:
-            data = fh.read(BLOCK)
-            if not data:
-                if rest:
-                    yield rest
-                return
-            data = rest + data
-            cut = data.rfind(b"\n")
-            if cut == -1:
-                rest = data
-                continue
-            yield data[: cut + 1]
-            rest = data[cut + 1 :]
+        yield from _line_blocks(fh, None)
+
+
+def _line_blocks(fh, end: Optional[int]) -> Iterator[bytes]:
+    """Blocks of whole lines from `fh`'s position: to the end of the file, or (`end`) through the
+    line that holds byte `end - 1`, which may end past it."""
+    rest = b""
+    while True:
+        size = BLOCK if end is None else min(BLOCK, end - fh.tell())
+        data = fh.read(size) if size > 0 else b""
+        if not data:
+            if end is not None and rest:
+                rest += fh.readline()
+            if rest:
+                yield rest
+            return
+        data = rest + data
+        cut = data.rfind(b"\n")
+        if cut == -1:
+            rest = data
+            continue
+        yield data[: cut + 1]
+        rest = data[cut + 1 :]
+
+
+def _range_blocks(fh, start: int, end: int) -> Iterator[bytes]:
+    """Blocks of the lines of a plain file that start in [start, end): each line is in exactly one
+    range, the one that holds its first byte."""
+    if start:
+        fh.seek(start - 1)
+        fh.readline()  # the line that holds byte start - 1 is the range before's
+    yield from _line_blocks(fh, end)
+
+
+def _range_found(path: str, start: int, end: int, sigs: List[Signature]) -> Dict[int, bytes]:
+    with open(path, "rb") as fh:
+        return _found(_range_blocks(fh, start, end), sigs)
+
+
+def _range_count(path: str) -> int:
+    """How many ranges, each its own process, a plain file is searched in (1: in this process).
+    A process is forked only from a single-threaded one (a fork copies no other thread, and a lock
+    one held would stay held in the child)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cores < 2 or path.endswith(".gz") or "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
+        return 1
+    return max(1, min(cores, os.path.getsize(path) // RANGE_MIN_BYTES))
+
+
+def _found_in_file(path: str, sigs: List[Signature]) -> Dict[int, bytes]:
+    parts = _range_count(path)
+    if parts > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        size = os.path.getsize(path)
+        bounds = [size * i // parts for i in range(parts + 1)]
+        try:
+            with ProcessPoolExecutor(parts, mp_context=multiprocessing.get_context("fork")) as pool:
+                found: Dict[int, bytes] = {}
+                # In file order: a later range's line is the later match.
+                for part in pool.map(_range_found, repeat(path), bounds[:-1], bounds[1:], repeat(sigs)):
+                    found.update(part)
+                return found
+        except BrokenProcessPool as exc:  # a range's process died (killed, out of memory)
+            say(f"triage: {path}: searched in one process ({exc})")
+    return _found(_blocks(path), sigs)
 
 
 def _json_report_text(path: str) -> Optional[bytes]:
@@ -191,8 +252,8 @@ def _line_at(block: bytes, pos: int) -> bytes:
     return block[start : end if end != -1 else len(block)]
 
 
-def scan(blocks: Iterable[bytes], sigs: List[Signature]) -> Optional[Tuple[Signature, str]]:
-    """The winning signature (earliest in `sigs` that matches anywhere) and its last matching line."""
+def _found(blocks: Iterable[bytes], sigs: List[Signature]) -> Dict[int, bytes]:
+    """Every signature that matches, by its index in `sigs`, with its last matching line."""
     groups: Dict[bytes, List[Tuple[int, Signature]]] = {}
     for index, sig in enumerate(sigs):
         groups.setdefault(sig.key, []).append((index, sig))
@@ -207,11 +268,20 @@ def scan(blocks: Iterable[bytes], sigs: List[Signature]) -> Optional[Tuple[Signa
                         found[index] = line
                 end = block.find(b"\n", pos)
                 pos = block.find(key, end + 1) if end != -1 else -1
+    return found
+
+
+def _winner(found: Dict[int, bytes], sigs: List[Signature]) -> Optional[Tuple[Signature, str]]:
     if not found:
         return None
     index = min(found)
     text = ANSI.sub("", found[index].decode("utf-8", errors="replace")).strip()
     return sigs[index], text[:EVIDENCE_CHARS]
+
+
+def scan(blocks: Iterable[bytes], sigs: List[Signature]) -> Optional[Tuple[Signature, str]]:
+    """The winning signature (earliest in `sigs` that matches anywhere) and its last matching line."""
+    return _winner(_found(blocks, sigs), sigs)
 
 
 def card_from_path(path: str) -> Optional[str]:
@@ -227,7 +297,7 @@ def triage_file(path: str, card: Optional[str] = None, sigs: Optional[List[Signa
     sigs = sigs if sigs is not None else signatures()
     try:
         report = _json_report_text(path) if path.endswith(".json") else None
-        result = scan([report] if report is not None else _blocks(path), sigs)
+        result = _winner(_found([report], sigs) if report is not None else _found_in_file(path, sigs), sigs)
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         verdict.problem = f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
         say(f"triage: {path}: {verdict.problem}")

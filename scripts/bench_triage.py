@@ -1,7 +1,9 @@
 """make bench: triage throughput on a large log built from real engine output.
 
-triage_mb_per_s           MB of log triaged per second at 4x size (goal >= 100)
-triage_time_ratio_4x_1x   time for the 4x log / time for the 1x log (linear: about 4.0)
+triage_mb_per_s              MB of log triaged per second at 4x size (goal >= 100), its ranges
+                             searched side by side on the cores this process has (triage_ranges)
+triage_mb_per_s_one_process  the same log searched in one process, measured in the same run
+triage_time_ratio_4x_1x      time for the 4x log / time for the 1x log (linear: about 4.0)
 
 The base text is real: the output of `vllm serve --help` from the engine venv (the engine's own
 lines: vLLM 0.11 prints its grouped usage, about 1.6 KB), repeated to the target size, ending
@@ -19,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common import triage  # noqa: E402
 from common.triage import signatures, triage_file  # noqa: E402
 
 BASE_MB = int(os.environ.get("BENCH_TRIAGE_MB", "64"))
@@ -64,8 +67,13 @@ def main() -> int:
         write_log(small, base, BASE_MB)
         size = write_log(large, base, BASE_MB * 4)
         t1, t4 = best_time(small, sigs), best_time(large, sigs)
+        ranges = triage._range_count(str(large))
+        triage.RANGE_MIN_BYTES = size + 1  # one range: this process alone
+        one = best_time(large, sigs)
     print(f"triage_log_mb: {size / 1e6:.0f}")
+    print(f"triage_ranges: {ranges}")
     print(f"triage_mb_per_s: {size / 1e6 / t4:.0f}")
+    print(f"triage_mb_per_s_one_process: {size / 1e6 / one:.0f}")
     print(f"triage_time_ratio_4x_1x: {t4 / t1:.2f}")
     return 0
 

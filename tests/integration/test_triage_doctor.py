@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.integration.test_library_patches import ENGINE, VENVS, require
 
@@ -225,6 +227,62 @@ def test_evidence_is_the_last_matching_line_across_blocks(tmp_path, monkeypatch)
     )
     verdict = triage.triage_file(str(log))
     assert verdict.code == "R3b" and "BarTok" in verdict.evidence
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=30),
+    last_newline=st.booleans(),
+    cuts=st.lists(st.floats(min_value=0, max_value=1), max_size=5),
+    block=st.integers(min_value=1, max_value=64),
+)
+def test_the_ranges_of_a_file_hold_each_of_its_lines_once(tmp_path_factory, lines, last_newline, cuts, block):
+    """Wherever the ranges of a large log are cut (in a line, on its newline, in an empty line, past
+    the end), their blocks, in order, are the file: no line lost, none searched twice, every block
+    whole lines."""
+    from common import triage
+
+    content = b"\n".join(lines) + (b"\n" if last_newline and lines else b"")
+    path = tmp_path_factory.mktemp("ranges") / "log"
+    path.write_bytes(content)
+    bounds = [0] + sorted(int(c * len(content)) for c in cuts) + [len(content)]
+    old, triage.BLOCK = triage.BLOCK, block
+    try:
+        with open(path, "rb") as fh:
+            blocks = [b for start, end in zip(bounds[:-1], bounds[1:], strict=True) for b in triage._range_blocks(fh, start, end)]
+    finally:
+        triage.BLOCK = old
+    assert b"".join(blocks) == content
+    assert all(b.endswith(b"\n") for b in blocks[:-1])
+
+
+def test_a_log_searched_in_ranges_gets_the_verdict_and_evidence_of_one_process(tmp_path, monkeypatch):
+    """The ranges are searched by processes of their own: the earliest class still wins, and its
+    evidence is the last matching line of the whole file, whichever range holds it."""
+    import io
+
+    from common import triage
+    from common.start import log as start_log
+
+    logged = io.StringIO()
+    monkeypatch.setattr(start_log, "_stream", logged)
+    log = tmp_path / "large.log"
+    log.write_text(
+        "".join(
+            f"INFO step {i}\n"
+            + ("OutOfMemoryError: CUDA out of memory\n" if i in (3, 250) else "")
+            + (f"ValueError: Tokenizer class Tok{i} does not exist or is not currently imported.\n" if i in (5, 120, 390) else "")
+            for i in range(400)
+        )
+    )
+    alone = triage.scan(triage._blocks(str(log)), triage.signatures())
+    assert alone is not None and alone[0].code == "R3b" and "Tok390" in alone[1]
+    monkeypatch.setattr(triage, "BLOCK", 97)
+    for parts in (2, 3, 7):
+        monkeypatch.setattr(triage, "_range_count", lambda path, parts=parts: parts)
+        verdict = triage.triage_file(str(log))
+        assert (verdict.code, verdict.evidence) == (alone[0].code, alone[1]), parts
+    assert "searched in one process" not in logged.getvalue()
 
 
 def test_every_signature_has_a_literal_anchor():
