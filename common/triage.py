@@ -216,7 +216,7 @@ def _found_in_file(path: str, sigs: List[Signature]) -> Dict[int, bytes]:
                 for part in pool.map(_range_found, repeat(path), bounds[:-1], bounds[1:], repeat(sigs)):
                     found.update(part)
                 return found
-        except BrokenProcessPool as exc:  # a range's process died (killed, out of memory)
+        except (BrokenProcessPool, OSError) as exc:  # no fork, or a range's process died or could not read
             say(f"triage: {path}: searched in one process ({exc})")
     return _found(_blocks(path), sigs)
 

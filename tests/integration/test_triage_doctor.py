@@ -284,6 +284,14 @@ def test_a_log_searched_in_ranges_gets_the_verdict_and_evidence_of_one_process(t
         assert (verdict.code, verdict.evidence) == (alone[0].code, alone[1]), parts
     assert "searched in one process" not in logged.getvalue()
 
+    def no_fork():
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)  # no process to be had: searched here, and said so
+    verdict = triage.triage_file(str(log))
+    assert (verdict.code, verdict.evidence) == (alone[0].code, alone[1])
+    assert "searched in one process ([Errno 11] Resource temporarily unavailable)" in logged.getvalue()
+
 
 def test_every_signature_has_a_literal_anchor():
     from common.triage import literal_anchor, signatures
