@@ -17,7 +17,7 @@ import pytest
 
 import common.start.preflight as preflight
 from common.rules import REGISTRY, Scoped
-from tests.helpers import tree_digest
+from common.tests.helpers import tree_digest
 from tests.launcher_harness import Sandbox, nobody_skip_reason
 
 USER_ARGS = ["--port", "8000", "--max-model-len", "4096"]

@@ -224,7 +224,7 @@ def test_test_workflow_lints_and_runs_the_unit_tier_on_every_push_and_pull_reque
     assert set(flow[True]) == {"push", "pull_request"} and not flow[True]["push"]  # every branch and tag
     [job] = flow["jobs"].values()
     runs = [s.get("run", "") for s in job["steps"]]
-    venv, lint, unit = (next(i for i, r in enumerate(runs) if m in r) for m in ("make venv", "make lint", "pytest tests/unit"))
+    venv, lint, unit = (next(i for i, r in enumerate(runs) if m in r) for m in ("make venv", "make lint", "pytest common/ tests/unit"))
     assert venv < lint and venv < unit
     assert runs[unit].startswith(".venv/bin/python -m pytest")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from common.start.launch import PreflightTimeout
-from tests.helpers import model_dir, tree_digest
+from common.tests.helpers import model_dir, tree_digest
 from tests.launcher_harness import ROOT, SHELL_VARS, Sandbox
 
 USER_ARGS = ["--port", "8000", "--max-model-len", "4096"]

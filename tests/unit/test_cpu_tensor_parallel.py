@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from common.tests.helpers import ROOT
 
 UPSTREAM = ROOT / ".upstream" / "vllm-0_5_5" / "vllm"
 FILES = ("config.py", "distributed/parallel_state.py")

@@ -49,12 +49,12 @@ MAPPED: Dict[str, Tuple[str, ...]] = {
         "tests/e2e/test_doctor_vs_engine.py::test_doctor_verdict_is_the_engines",
     ),
     "python3 -m common doctor submissions/ --card all": (
-        "tests/unit/test_doctor_many.py::test_a_folder_of_models_is_one_row_per_model_and_card_with_one_process_per_card",
-        "tests/unit/test_doctor_many.py::test_card_all_judges_every_engine_profile",
+        "common/tests/test_doctor_many.py::test_a_folder_of_models_is_one_row_per_model_and_card_with_one_process_per_card",
+        "common/tests/test_doctor_many.py::test_card_all_judges_every_engine_profile",
     ),
     "python3 -m common doctor tests/fixtures/models --card all": (
-        "tests/unit/test_doctor_many.py::test_a_folder_of_models_is_one_row_per_model_and_card_with_one_process_per_card",
-        "tests/unit/test_doctor_many.py::test_card_all_judges_every_engine_profile",
+        "common/tests/test_doctor_many.py::test_a_folder_of_models_is_one_row_per_model_and_card_with_one_process_per_card",
+        "common/tests/test_doctor_many.py::test_card_all_judges_every_engine_profile",
     ),
     # The images, in a Docker daemon (the image tier).
     "docker run --rm -v /path/to/model:/model:ro IMAGE doctor [--json]": (

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import launch, model_dir, preflight_json
+from common.tests.helpers import launch, model_dir, preflight_json
 
 
 @pytest.fixture(autouse=True)

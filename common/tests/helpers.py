@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 from common.image_checks.selftest import tree_digest  # noqa: F401 - one digest for the image's self-test and the tests
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def model_dir(path: Path, files: Dict[str, object]) -> Path:

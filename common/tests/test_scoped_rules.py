@@ -25,7 +25,7 @@ from common.vllm_plugin.compat_backports import BACKPORTS
 from common.vllm_plugin.compat_fused_experts import MODEL_TYPES as FUSED_TYPES
 from common.vllm_plugin.compat_weight_names import MODEL_TYPES as FLAT_TOWER_TYPES
 
-from tests.helpers import ROOT, model_dir
+from common.tests.helpers import ROOT, model_dir
 
 # What only a repair, a scoped rule or verification needs: a clean model's start imports none of it.
 NOT_ON_THE_CLEAN_PATH = (

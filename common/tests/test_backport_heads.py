@@ -86,7 +86,7 @@ def test_r10_writes_the_widest_head_and_h1_judges_it(tmp_path):
     from common.rules import Context, h1_head_size, r10_backport
     from common.engine.vllm_args import UserArgs
 
-    from tests.helpers import model_dir
+    from common.tests.helpers import model_dir
 
     [r10], _ = (o.repairs for o in outcome_on(profile_data("iluvatar-bi100"), GEMMA4, tmp_path))
     assert r10.config_edits == {"use_sliding_window": False, "head_dim": 64, "per_layer_config": {"0": {"head_dim": 32}}}

@@ -14,7 +14,7 @@ from common.doctor import doctor
 
 from common.engine import profile
 
-from tests.helpers import model_dir
+from common.tests.helpers import model_dir
 
 # The newest engine's transformers is 5.x: the author venv's stands in for its Python here.
 NEXT_PYTHON = Path(__file__).resolve().parents[2] / ".venv-author" / "bin" / "python"

@@ -13,7 +13,7 @@ from common.start import preflight
 from common.plan import Plan
 from common.engine.profile import PROFILE_DIR, Profile
 
-from tests.helpers import model_dir, tree_digest
+from common.tests.helpers import model_dir, tree_digest
 
 LLAMA = {
     "architectures": ["TinyChatForCausalLM"],
@@ -141,7 +141,7 @@ def test_unverifiable_view_is_not_served(monkeypatch, tmp_path, model):
 def test_dry_runs_and_doctor_leave_nothing_behind(tmp_path, models, env_for_tests):
     """Dry runs remove what they wrote (114 doctor runs once left 114 work dirs); launch keeps its
     work dir, since vLLM reads from it."""
-    from tests.helpers import run_common
+    from common.tests.helpers import run_common
 
     work = tmp_path / "work"
     env = dict(env_for_tests, COMPAT_WORK_DIR=str(work))

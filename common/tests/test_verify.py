@@ -10,7 +10,7 @@ import pytest
 
 from common.start.verify import run_checks
 
-from tests.helpers import ROOT, model_dir, run_common
+from common.tests.helpers import ROOT, model_dir, run_common
 
 # The BI-100 engine venv: transformers 4.55.4 on Python 3.10, as on that card.
 ENGINE055_PYTHON = ROOT / ".venv-engine055" / "bin" / "python"

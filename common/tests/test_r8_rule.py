@@ -14,7 +14,7 @@ from common.model.safetensors_header import HEADER_CAP, read_header
 from common.vllm_plugin import compat_fused_experts as plugin
 from common.vllm_plugin import compat_plugin
 
-from tests.helpers import ROOT, model_dir, preflight_json, run_common
+from common.tests.helpers import ROOT, model_dir, preflight_json, run_common
 
 MIXTRAL = {
     "architectures": ["MixtralForCausalLM"],

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import model_dir, preflight_json
+from common.tests.helpers import model_dir, preflight_json
 
 MIXTRAL = {
     "architectures": ["MixtralForCausalLM"],

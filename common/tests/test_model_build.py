@@ -20,7 +20,7 @@ from common.plan import Plan
 from common.triage import triage_file
 from common.start.verify import run_checks
 
-from tests.helpers import ROOT, run_common
+from common.tests.helpers import ROOT, run_common
 
 REFUSAL = (
     "vLLM 0.11.0's model code refuses this configuration: ValueError: Unsupported activation: gelu. Only silu is supported "

@@ -11,7 +11,7 @@ import pytest
 
 from common.doctor import doctor_many
 
-from tests.helpers import model_dir, run_common
+from common.tests.helpers import model_dir, run_common
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "models"
 NAMES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())

@@ -26,7 +26,7 @@ from common.vllm_plugin.compat_backports.layers.yarn import (
     query_scale,
 )
 
-from tests.helpers import ROOT
+from common.tests.helpers import ROOT
 
 AUTHOR_PYTHON = ROOT / ".venv-author" / "bin" / "python"  # transformers 5.x
 ENGINE055_PYTHON = ROOT / ".venv-engine055" / "bin" / "python"  # vLLM 0.5.5, transformers 4.55

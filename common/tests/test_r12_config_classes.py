@@ -14,7 +14,7 @@ import pytest
 from common.rules.r12_config_classes import config_types
 from common.vllm_plugin import compat_configs
 
-from tests.helpers import ROOT, model_dir, preflight_json, run_common
+from common.tests.helpers import ROOT, model_dir, preflight_json, run_common
 
 AUTHOR_PYTHON = ROOT / ".venv-author" / "bin" / "python"  # transformers 5.x: how configs are saved
 ENGINE055_PYTHON = ROOT / ".venv-engine055" / "bin" / "python"  # iluvatar-bi100: vLLM 0.5.5, transformers 4.55

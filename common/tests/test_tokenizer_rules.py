@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from tests.helpers import model_dir, preflight_json, run_common, tree_digest
+from common.tests.helpers import model_dir, preflight_json, run_common, tree_digest
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.helpers import model_dir, preflight_json, run_common
+from common.tests.helpers import model_dir, preflight_json, run_common
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "num_attention_heads": 4}
 

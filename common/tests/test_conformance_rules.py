@@ -11,7 +11,7 @@ from common.rules.support.base import Context
 from common.rules.c1_conformance import RULE
 from common.engine.vllm_args import UserArgs
 
-from tests.helpers import model_dir, run_common
+from common.tests.helpers import model_dir, run_common
 
 LLAMA31 = {
     "architectures": ["LlamaForCausalLM"],

@@ -7,7 +7,7 @@ import pytest
 
 from common.model.modeldir import JSON_MEMORY_CAP, JSON_SIZE_CAP, JSON_SIZE_CAPS, MAX_JSON_DEPTH, ModelDir, memory_cost
 
-from tests.helpers import model_dir, preflight_json, tree_digest
+from common.tests.helpers import model_dir, preflight_json, tree_digest
 
 LFS_POINTER = (
     b"version https://git-lfs.github.com/spec/v1\n"

@@ -6,7 +6,7 @@ import pytest
 from common.engine.profile import load_profile
 from common.vllm_plugin.compat_patches import cpu_moe as compat_cpu_moe
 
-from tests.helpers import ROOT, model_dir, preflight_json
+from common.tests.helpers import ROOT, model_dir, preflight_json
 
 MIXTRAL = {
     "architectures": ["MixtralForCausalLM"],

@@ -12,7 +12,7 @@ import pytest
 from common import codes
 from common.start.preflight import build_plan
 from common.rules import REGISTRY
-from tests.helpers import model_dir
+from common.tests.helpers import model_dir
 from common.triage import signatures
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, launch, model_dir, preflight_json, run_common
+from common.tests.helpers import ROOT, launch, model_dir, preflight_json, run_common
 
 PAGED_ATTN = ROOT / ".upstream" / "vllm-0_5_5" / "vllm" / "attention" / "ops" / "paged_attn.py"
 needs_upstream = pytest.mark.skipif(not PAGED_ATTN.exists(), reason="no upstream sources: run `make upstream-src`")

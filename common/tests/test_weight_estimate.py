@@ -17,7 +17,7 @@ from common.memory.weight_bytes import read_weights
 from common.memory.weight_estimate import estimate_weights
 from tests.fixtures.shapes import DEEPSEEK_V3, GATED_DELTA_ATTENTION, LLAMA_31_8B, MIXTRAL_8X7B, QWEN25_7B, SHAPES, TINY, write_model
 
-from tests.helpers import run_common
+from common.tests.helpers import run_common
 
 GIB = 1 << 30
 ESTIMATED = "estimated from config.json"

@@ -28,7 +28,7 @@ from tests.fixtures.shapes import (
     write_model,
 )
 
-from tests.helpers import run_common
+from common.tests.helpers import run_common
 
 GIB = 1 << 30
 

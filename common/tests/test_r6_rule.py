@@ -19,7 +19,7 @@ from common.rules.support.base import Context
 from common.rules.r6_processor_files import LEGACY_FILES, RULE, legacy_class, legacy_files
 from common.triage import triage_file
 
-from tests.helpers import ROOT, model_dir, preflight_json, run_common, tree_digest
+from common.tests.helpers import ROOT, model_dir, preflight_json, run_common, tree_digest
 
 ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
 ENGINE055_PYTHON = ROOT / ".venv-engine055" / "bin" / "python"  # iluvatar-bi100's transformers 4.55

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, find_python, launch, model_dir, tree_digest
+from common.tests.helpers import ROOT, find_python, launch, model_dir, tree_digest
 
 ENTRYPOINT = ROOT / "common" / "entrypoint.sh"
 

@@ -12,7 +12,7 @@ from common.rules.support.plugin import PLUGIN_DIR
 from common.vllm_plugin import compat_weight_names as names
 from common.vllm_plugin import compat_plugin
 
-from tests.helpers import ROOT, model_dir, preflight_json, run_common
+from common.tests.helpers import ROOT, model_dir, preflight_json, run_common
 from .test_r8_rule import LFS, safetensors
 
 TEXT = {

@@ -22,7 +22,7 @@ from common.rules.c1_conformance import RULE as C1
 from common.engine.vllm_args import UserArgs
 from conformance.report import baked
 
-from tests.helpers import model_dir
+from common.tests.helpers import model_dir
 
 CARD, VLLM = "nv-a100", "0.11.0"
 CONTEXT = "256"

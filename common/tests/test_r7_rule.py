@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT, model_dir, preflight_json
+from common.tests.helpers import ROOT, model_dir, preflight_json
 
 
 @pytest.fixture(autouse=True)

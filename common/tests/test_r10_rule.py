@@ -15,7 +15,7 @@ from common.rules.support.plugin import PLUGIN_DIR
 from common.triage import triage_file
 from common.vllm_plugin.compat_backports import BACKPORTS, ENV, LAYERS_055, fitting
 
-from tests.helpers import ROOT, model_dir, preflight_json
+from common.tests.helpers import ROOT, model_dir, preflight_json
 
 QWEN3 = {
     "architectures": ["Qwen3ForCausalLM"],
