@@ -193,14 +193,24 @@ def class_index(files: Iterable[Path]) -> Dict[str, Path]:
     return out
 
 
-def backport_modules() -> Dict[str, str]:
-    """architecture -> backport module of the image's plugin (its table, read as text)."""
+def backport_modules() -> Dict[str, Dict[str, str]]:
+    """vLLM version -> architecture -> the module of the image's backport that fits that engine
+    (the layer API of its cards' profiles, as R10 picks it), its own class replaced or not."""
     sys.path.insert(0, str(ROOT))
     try:
-        from common.vllm_plugin.compat_backports import BACKPORTS as table
+        from common.engine.profile import Profile
+        from common.vllm_plugin.compat_backports import BACKPORTS, fitting
     finally:
         sys.path.pop(0)
-    return {arch: backport.module for arch, backport in table.items()}
+    out: Dict[str, Dict[str, str]] = {}
+    for path in sorted((ROOT / "common" / "engine" / "profiles").glob("*.json")):
+        profile = Profile.from_json(json.loads(path.read_text(encoding="utf-8")))
+        table = out.setdefault(profile.vllm_version, {})
+        for arch in BACKPORTS:
+            backport, missing = fitting(arch, profile.layer_api)
+            if backport is not None and missing == []:
+                table.setdefault(arch, backport.module)
+    return out
 
 
 def author_fields(author: Path, architectures: Iterable[str]) -> Dict[str, Set[str]]:
@@ -226,7 +236,8 @@ def generate(root: Path = ROOT) -> Dict[str, Dict[str, List[str]]]:
     author_site = site_packages(root / AUTHOR_VENV)
     if author_site is None:
         raise SystemExit(f"model_fields: no {AUTHOR_VENV}; `make author-env` builds it")
-    backports = backport_modules()
+    fitting_backports = backport_modules()
+    backports = {arch: module for table in fitting_backports.values() for arch, module in table.items()}
     registries = {}
     for vllm, venv in ENGINE_VENVS.items():
         site = site_packages(root / venv)
@@ -236,13 +247,14 @@ def generate(root: Path = ROOT) -> Dict[str, Dict[str, List[str]]]:
     author = author_fields(author_site, set(backports).union(*(set(r) for _, r in registries.values())))
     out: Dict[str, Dict[str, List[str]]] = {}
     for vllm, (site, registered) in registries.items():
-        archs = sorted(set(registered) | set(backports))
+        fitting = fitting_backports.get(vllm, {})
+        archs = sorted(set(registered) | set(fitting))
         engine = engine_fields(site, archs)
         table: Dict[str, List[str]] = {}
         for arch in archs:
             fields = set(engine.get(arch, set())) | author.get(arch, set())
-            if arch in backports and arch not in registered:
-                fields |= module_fields(BACKPORTS, backports[arch], "common.vllm_plugin.compat_backports")
+            if arch in fitting:  # the backport's reads count where R10 registers it, over the engine's class too
+                fields |= module_fields(BACKPORTS, fitting[arch], "common.vllm_plugin.compat_backports")
             if fields:
                 table[arch] = sorted(fields)
         out[vllm] = table

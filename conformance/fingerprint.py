@@ -142,13 +142,15 @@ def check_only_rules() -> FrozenSet[Path]:
     return frozenset(path for path, rules in rule_modules().items() if {c.kind for c in rules} == {CHECK})
 
 
-def _backport_module(architecture: str) -> Optional[Path]:
-    """The backport file of `architecture`, from the plugin's table (standard library only)."""
+def _backport_module(card: str, architecture: str) -> Optional[Path]:
+    """The backport file of `architecture` that fits `card`'s engine (its profile's layer API, as
+    R10 picks it), from the plugin's table (standard library only)."""
     import importlib
 
     backports = importlib.import_module("common.vllm_plugin.compat_backports")
-    entry = backports.BACKPORTS.get(architecture)
-    return BACKPORTS / f"{entry.module}.py" if entry is not None else None
+    profile = importlib.import_module("common.engine.profile").load_profile(card)
+    entry, missing = backports.fitting(architecture, profile.layer_api)
+    return BACKPORTS / f"{entry.module}.py" if entry is not None and missing == [] else None
 
 
 def path_files(card: str, architecture: str) -> List[Path]:
@@ -161,7 +163,7 @@ def path_files(card: str, architecture: str) -> List[Path]:
         *_files_under(PLUGIN / "compat_configs", (".py",)),
         *_files_under(PLUGIN / "compat_patches", (".py",)),
     ]
-    backport = _backport_module(architecture)
+    backport = _backport_module(card, architecture)
     if backport is not None:
         roots.append(backport)
     stops = check_only_rules()

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from ..model.headsize import attention_config
 from ..model.json_numbers import integer
-from ..vllm_plugin.compat_backports import BACKPORTS, ENV, fitting
+from ..vllm_plugin.compat_backports import BACKPORTS, ENV, fitting, replacing, written_for
 from ..vllm_plugin.compat_backports.layers.heads import widest_head_edits
 from ..engine.vllm_args import int_arg, switch_arg
 from ..vllm_plugin.compat_plugin import PLUGIN_NAME
@@ -57,7 +57,7 @@ def backported(architectures: List[str], registry) -> Optional[str]:
     first class it has), and the first with a backport. None: not this rule's model."""
     if registry is None or any(a in registry for a in architectures):
         return None
-    return next((a for a in architectures if a in BACKPORTS and not BACKPORTS[a].replaces), None)
+    return next((a for a in architectures if a in BACKPORTS and not replacing(a)), None)
 
 
 def replaced(architectures: List[str], registry) -> Optional[str]:
@@ -66,8 +66,7 @@ def replaced(architectures: List[str], registry) -> Optional[str]:
     if registry is None:
         return None
     first = next((a for a in architectures if a in registry), None)
-    backport = BACKPORTS.get(first) if first is not None else None
-    return first if backport is not None and backport.replaces else None
+    return first if first is not None and replacing(first) else None
 
 
 def shorter_window(text: dict, max_model_len: Optional[int]) -> Optional[str]:
@@ -91,15 +90,16 @@ def rotary_fraction(text: dict) -> Optional[str]:
     return None
 
 
-def replaced_for(backport, text: dict, max_model_len: Optional[int]) -> List[str]:
-    """The traits of the config the backport replaces the engine's class for: what the engine
-    does with each, said with the trait ([] where the engine's own class serves the model)."""
+def replaced_for(replaces: dict, text: dict, max_model_len: Optional[int]) -> List[str]:
+    """The traits of the config a backport replaces the engine's class for (`replaces`: trait ->
+    what the engine does): what the engine does with each, said with the trait ([] where the
+    engine's own class serves the model)."""
     found = {
         "window": shorter_window(text, max_model_len),
         "partial_rotary": rotary_fraction(text),
         "always": "the configuration its own transformers writes",
     }
-    return [f"{found[trait]}: it {does}" for trait, does in backport.replaces.items() if found.get(trait)]
+    return [f"{found[trait]}: it {does}" for trait, does in replaces.items() if found.get(trait)]
 
 
 class Backport(Rule):
@@ -111,7 +111,7 @@ class Backport(Rule):
     # other class; R10 comes first in the registry, so triage names the repair that applies).
     log_signatures = (
         r"Model architectures \[[^\]]*'(?:"
-        + "|".join(sorted(a for a, b in BACKPORTS.items() if not b.replaces))
+        + "|".join(sorted(a for a in BACKPORTS if not replacing(a)))
         + r")'[^\]]*\] are not supported for now",
     )
 
@@ -120,15 +120,15 @@ class Backport(Rule):
         raw = ctx.facts.get("architectures")
         architectures = [a for a in raw if isinstance(a, str)] if isinstance(raw, list) else []
         arch = backported(architectures, ctx.profile.architectures)
-        replacing = arch is None
-        if replacing:
+        over_own = arch is None
+        if over_own:
             arch = replaced(architectures, ctx.profile.architectures)
             if arch is None:
                 return outcome  # every other model returns here, having read nothing
         config = ctx.model.json_object("config.json")
         why: List[str] = []
-        if replacing:
-            why = replaced_for(BACKPORTS[arch], attention_config(config)[1], int_arg(ctx.user, "--max-model-len"))
+        if over_own:
+            why = replaced_for(replacing(arch), attention_config(config)[1], int_arg(ctx.user, "--max-model-len"))
             if not why:
                 return outcome  # the engine's own class serves this configuration
         auto_map = config.get("auto_map")
@@ -137,7 +137,7 @@ class Backport(Rule):
         profile = ctx.profile
         engine = f"vLLM {profile.vllm_version}"
         backport, missing = fitting(arch, profile.layer_api)
-        if replacing and missing != []:
+        if over_own and missing != []:
             return outcome  # an engine generation the backport is not written for serves its own class (C1 says how well)
         if missing is None:
             outcome.findings.append(
@@ -151,25 +151,26 @@ class Backport(Rule):
             outcome.findings.append(
                 self.finding(
                     "error",
-                    f"architecture {arch} is not registered in {engine}, and the image's backport of it does not fit "
-                    f"this engine (its layers lack {', '.join(missing[:4])}): this model needs a newer engine",
+                    f"architecture {arch} is not registered in {engine}, and the image's backport of it, written for "
+                    f"{' and '.join(written_for(arch))}, does not fit this engine (its layers lack {', '.join(missing[:4])}): "
+                    "this model needs an engine of one of those generations",
                 )
             )
             return outcome
         blocked = blocker(ctx, weights=False)
         if blocked is not None:
             severity, why = blocked
-            lacks = f"{engine}'s {arch} serves {'; '.join(why)}" if replacing else f"{arch} is not registered in {engine}"
+            lacks = f"{engine}'s {arch} serves {'; '.join(why)}" if over_own else f"{arch} is not registered in {engine}"
             outcome.findings.append(self.finding(severity, f"{lacks}, and its backport cannot be registered: {why}"))
             return outcome
-        if replacing:
+        if over_own:
             detail = (
                 f"{engine} has {arch}, and this model has {'; and '.join(why)}; "
                 f"{PLUGIN_NAME} registers the image's backport (compat_backports.{backport.module}) over it"
             )
         else:
             detail = f"{arch} is not registered in {engine}; {PLUGIN_NAME} registers the image's backport (compat_backports.{backport.module}) before the model loads"
-        repair = plugin_repair(self.code, self.title, detail, ENV, arch)
+        repair = plugin_repair(self.code, self.title, detail, ENV, backport.key)
         key, text = attention_config(config)
         if backport.windows and (windowed(text) or "sliding_window" not in text):
             # Each layer carries its own window (compat_backports/layers/windows.py); the engine-wide one,

@@ -159,7 +159,7 @@ def _backported_architectures():
     """The classes R10 serves where the engine lacks them: its scope in the registry (read at
     check time: the registry module imports this one), less the backports built over an engine
     class, which need that class."""
-    from ..vllm_plugin.compat_backports import BACKPORTS
+    from ..vllm_plugin.compat_backports import replacing
     from .support.scopes import R10_ARCHITECTURES
 
-    return tuple(a for a in R10_ARCHITECTURES if not BACKPORTS[a].replaces)
+    return tuple(a for a in R10_ARCHITECTURES if not replacing(a))

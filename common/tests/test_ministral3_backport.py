@@ -106,8 +106,8 @@ def test_the_text_of_a_mistral3_checkpoint_keeps_its_names_and_the_vision_side_i
 
 def test_both_classes_are_registered_on_the_ministral3_module():
     for arch in ("Ministral3ForCausalLM", "Mistral3ForConditionalGeneration"):
-        assert BACKPORTS[arch].module == "ministral3"
-        assert "model_executor/layers/rotary_embedding.py:YaRNScalingRotaryEmbedding" in BACKPORTS[arch].requires
+        assert BACKPORTS[arch][0].module == "ministral3"
+        assert "model_executor/layers/rotary_embedding.py:YaRNScalingRotaryEmbedding" in BACKPORTS[arch][0].requires
 
 
 def _run(python, code, *args, env=None):

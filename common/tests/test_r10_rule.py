@@ -13,7 +13,7 @@ import pytest
 from common.engine.profile import PROFILE_DIR, Profile
 from common.rules.support.plugin import PLUGIN_DIR
 from common.triage import triage_file
-from common.vllm_plugin.compat_backports import BACKPORTS, ENV, LAYERS_055, fitting
+from common.vllm_plugin.compat_backports import BACKPORTS, BACKPORTS_055, ENV, LAYERS_055, fitting
 
 from common.tests.helpers import ROOT, model_dir, preflight_json
 
@@ -81,8 +81,8 @@ def test_bi100_gets_the_backport_through_the_plugin(tmp_path, env_for_tests):
     plan = preflight_json(model, "iluvatar-bi100", env=dict(env_for_tests, PYTHONPATH=str(site)))
     [r10] = plan["repairs"]
     assert r10["code"] == "R10" and r10["verified"] is True, plan
-    assert r10["env"] == {ENV: "Qwen3ForCausalLM", "PYTHONPATH": PLUGIN_DIR}
-    assert plan["env"][ENV] == "Qwen3ForCausalLM" and plan["env"]["PYTHONPATH"].split(os.pathsep)[0] == PLUGIN_DIR
+    assert r10["env"] == {ENV: "Qwen3ForCausalLM:qwen3", "PYTHONPATH": PLUGIN_DIR}
+    assert plan["env"][ENV] == "Qwen3ForCausalLM:qwen3" and plan["env"]["PYTHONPATH"].split(os.pathsep)[0] == PLUGIN_DIR
     assert plan["args"] == [] and not [f for f in plan["findings"] if f["severity"] in ("error", "unverified")], plan
 
 
@@ -116,7 +116,7 @@ def test_verification_asks_the_engines_own_vllm(tmp_path, env_for_tests):
 def test_ministral3_and_its_wrapper_get_the_backport_on_bi100(tmp_path, config):
     r10, r4 = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
     [repair] = r10.repairs
-    assert repair.env == {ENV: config["architectures"][0]} and r10.findings == [] and r4.findings == []
+    assert repair.env == {ENV: f"{config['architectures'][0]}:ministral3"} and r10.findings == [] and r4.findings == []
     # Its YaRN rides on the engine's yarn rotary taking attn_factor: asked of the engine too.
     assert "attn_factor" in repair.engine_check["requires"]["model_executor/layers/rotary_embedding.py:YaRNScalingRotaryEmbedding"]
 
@@ -143,7 +143,7 @@ def test_a_layer_api_without_what_the_backport_calls_needs_a_newer_engine(tmp_pa
     del data["engine"]["layer_api"]["model_executor/model_loader/loader.py:build_model"]
     r10, r4 = outcome_on(data, QWEN3, tmp_path)
     [finding] = r10.findings
-    assert r10.repairs == [] and finding.severity == "error" and "needs a newer engine" in finding.message
+    assert r10.repairs == [] and finding.severity == "error" and "needs an engine of one of those generations" in finding.message
     assert "Attention.forward(kv_cache)" in finding.message and "build_model" in finding.message
     assert r4.findings == [] and r4.repairs == []  # one finding for one class: R10's
 
@@ -192,9 +192,11 @@ def test_every_backport_fits_the_bi100_profile_and_calls_only_probed_api():
     finally:
         sys.path.pop(0)
     profile = Profile(profile_data("iluvatar-bi100"))
-    for arch, backport in BACKPORTS.items():
-        assert set(backport.requires) <= set(snapshot_engine.LAYER_API), arch
+    for arch, backport in BACKPORTS_055.items():
         assert fitting(arch, profile.layer_api) == (backport, []), arch
+    for arch, generations in BACKPORTS.items():
+        for backport in generations:
+            assert set(backport.requires) <= set(snapshot_engine.LAYER_API), (arch, backport.module)
     assert set(LAYERS_055) <= set(snapshot_engine.LAYER_API)
 
 
@@ -247,7 +249,7 @@ def test_exaone4_gets_its_backport_on_bi100(tmp_path, window):
         config["layer_types"] = ["full_attention"] * 2
     r10, r4 = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
     [repair] = r10.repairs
-    assert repair.code == "R10" and repair.env[ENV] == "Exaone4ForCausalLM" and r4.findings == []
+    assert repair.code == "R10" and repair.env[ENV] == "Exaone4ForCausalLM:exaone4" and r4.findings == []
     # Its windowed layers carry their own windows: the engine-wide one goes off, only where there is one.
     assert repair.config_edits == ({"use_sliding_window": False} if window else {})
 
@@ -317,7 +319,7 @@ def test_a_window_shorter_than_the_context_replaces_the_engines_class_on_bi100(t
     assert arch in profile_data("iluvatar-bi100")["engine"]["architectures"]
     r10, r4 = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
     [repair] = r10.repairs
-    assert repair.env == {ENV: arch} and repair.config_edits == {"use_sliding_window": False}, repair
+    assert repair.env == {ENV: f"{arch}:{module}"} and repair.config_edits == {"use_sliding_window": False}, repair
     said = (
         "the configuration its own transformers writes"
         if module == "gemma2"
@@ -339,7 +341,7 @@ def test_phi4_mini_rotating_a_fraction_of_each_head_replaces_the_engines_phi3_on
         config["rope_parameters"] = dict(rope, rope_theta=10000.0, partial_rotary_factor=0.75)
     r10, r4 = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
     [repair] = r10.repairs
-    assert repair.env == {ENV: "Phi3ForCausalLM"} and "a rotary over 0.75 of each head" in repair.detail, repair.detail
+    assert repair.env == {ENV: "Phi3ForCausalLM:phi3"} and "a rotary over 0.75 of each head" in repair.detail, repair.detail
     assert "compat_backports.phi3)" in repair.detail and r10.findings == [] and r4.findings == []
     # A Mistral rotating a fraction is not among what its backport replaces the engine's class for.
     r10, _ = outcome_on(profile_data("iluvatar-bi100"), dict(config, architectures=["MistralForCausalLM"], model_type="mistral"), tmp_path)
@@ -349,7 +351,7 @@ def test_phi4_mini_rotating_a_fraction_of_each_head_replaces_the_engines_phi3_on
 def test_every_replacing_backport_names_only_traits_r10_reads():
     from common.vllm_plugin.compat_backports import REPLACED_FOR
 
-    replacing = {arch: b.replaces for arch, b in BACKPORTS.items() if b.replaces}
+    replacing = {arch: b.replaces for arch, generations in BACKPORTS.items() for b in generations if b.replaces}
     assert set(replacing) == {"MistralForCausalLM", "Phi3ForCausalLM", "Starcoder2ForCausalLM", "Gemma2ForCausalLM"}
     assert all(set(traits) <= set(REPLACED_FOR) for traits in replacing.values()), replacing
 
@@ -359,7 +361,7 @@ def test_every_gemma2_is_served_by_the_backport_on_bi100(tmp_path):
     longer has: whatever the window, the backport serves it."""
     for change in ({"sliding_window": None}, {"max_position_embeddings": 4096}):
         r10, _ = outcome_on(profile_data("iluvatar-bi100"), dict(GEMMA2_9B, **change), tmp_path)
-        assert [r.env for r in r10.repairs] == [{ENV: "Gemma2ForCausalLM"}], change
+        assert [r.env for r in r10.repairs] == [{ENV: "Gemma2ForCausalLM:gemma2"}], change
 
 
 def test_gemma2_at_its_full_context_is_no_longer_capped_to_its_window_on_bi100(tmp_path, env_for_tests):
@@ -443,7 +445,7 @@ QWEN35 = {
 def test_qwen35_gets_its_backport_on_bi100_started_without_cuda_graphs(tmp_path):
     r10, r4 = outcome_on(profile_data("iluvatar-bi100"), QWEN35, tmp_path)
     [repair] = r10.repairs
-    assert repair.env[ENV] == "Qwen3_5ForConditionalGeneration" and r4.findings == []
+    assert repair.env[ENV] == "Qwen3_5ForConditionalGeneration:qwen3_5" and r4.findings == []
     # Its per-sequence state is indexed in Python each step: a CUDA graph would replay one batch's.
     assert repair.args == ["--enforce-eager"] and repair.config_edits == {}
 
@@ -467,7 +469,7 @@ def test_qwen35_moe_gets_its_backport_on_the_engines_fused_moe(tmp_path):
     )
     r10, r4 = outcome_on(profile_data("iluvatar-bi100"), config, tmp_path)
     [repair] = r10.repairs
-    assert repair.env[ENV] == "Qwen3_5MoeForConditionalGeneration" and repair.args == ["--enforce-eager"] and r4.findings == []
+    assert repair.env[ENV] == "Qwen3_5MoeForConditionalGeneration:qwen3_5_moe" and repair.args == ["--enforce-eager"] and r4.findings == []
     assert "model_executor/layers/fused_moe/layer.py:FusedMoE" in repair.engine_check["requires"]
 
 

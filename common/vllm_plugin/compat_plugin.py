@@ -1,7 +1,7 @@
 """The image's vLLM general plugin: model classes the engine lacks, and checkpoint tensors turned
 into the names the engine loads.
 
-COMPAT_BACKPORTS=<architecture,...> (R10): each named class of compat_backports/ is registered
+COMPAT_BACKPORTS=<architecture:module,...> (R10): each named class of compat_backports/ is registered
 with the engine's ModelRegistry, unless the engine has its own.
 COMPAT_CPU_MOE=grouped (R11): the fused MoE layer of a CPU build gets a CPU path (compat_patches/cpu_moe.py).
 (COMPAT_CONFIGS, R12, is not this module's: sitecustomize.py registers those config classes at
@@ -112,11 +112,12 @@ def register_backports(env: Dict[str, str]) -> None:
         return
     from vllm import ModelRegistry
 
-    for name in names:
-        backport = backports.BACKPORTS.get(name)
+    for key in names:
+        backport = backports.by_key(key)
         if backport is None:
-            _log().warning("%s: %s names %r, which has no backport here; ignored", PLUGIN_NAME, backports.ENV, name)
+            _log().warning("%s: %s names %r, which has no backport here; ignored", PLUGIN_NAME, backports.ENV, key)
             continue
+        name = backport.architecture
         if name in _REGISTERED:
             continue
         if name in ModelRegistry.get_supported_archs() and not backport.replaces:

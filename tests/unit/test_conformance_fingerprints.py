@@ -55,7 +55,7 @@ def test_a_cells_path_is_its_launcher_repairs_plugin_and_its_own_backport():
     }
     assert not off_path & files, off_path & files
     # A family without a backport has no family's backport on its path.
-    families = {f"common/vllm_plugin/compat_backports/{b.module}.py" for b in BACKPORTS.values()}
+    families = {f"common/vllm_plugin/compat_backports/{b.module}.py" for generations in BACKPORTS.values() for b in generations}
     assert "common/vllm_plugin/compat_backports/qwen3.py" in families
     assert not families & rel(fp.path_files("nv-a100", "LlamaForCausalLM"))
 

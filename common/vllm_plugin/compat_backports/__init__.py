@@ -4,11 +4,15 @@ One module per family (qwen3.py, ...), imported only inside the engine by the co
 (compat_plugin.py) when COMPAT_BACKPORTS names its architecture; this table is what the
 preflight reads (standard library only: importing it never imports torch or vLLM).
 
-Which backport fits an engine is decided from the engine's layer API, never from its version:
-each backport lists what it calls, as "file under vllm/:Class[.method]" -> the parameter names
-it passes, and the profile's `layer_api` (compat_build/snapshot_engine.py, read from the
-engine's own source) must hold every one of them. Adding a backport: its module, its test, one
-line in BACKPORTS (and any API it calls that is not yet in snapshot_engine.LAYER_API there).
+A family can have a backport per engine generation, each written against that generation's
+model API (vLLM 0.5.5's: attention takes the KV cache and its metadata as arguments; the V1
+engine's of 0.11: they live in a forward context). Which backport fits an engine is decided from
+the engine's layer API, never from its version: each backport lists what it calls, as "file under
+vllm/:Class[.method]" -> the parameter names it passes, and the profile's `layer_api`
+(compat_build/snapshot_engine.py, read from the engine's own source) must hold every one of them;
+the first generation whose backport fits is the one R10 names to the plugin (COMPAT_BACKPORTS
+holds `architecture:module`). Adding a backport: its module, its test, one line in its
+generation's table (and any API it calls that is not yet in snapshot_engine.LAYER_API there).
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ class Backport:
     R10's words (the traits R10 reads: REPLACED_FOR); the backport replaces it for a model with
     one of them only."""
 
-    __slots__ = ("architecture", "module", "requires", "windows", "heads", "recurrent", "replaces")
+    __slots__ = ("architecture", "module", "requires", "windows", "heads", "recurrent", "replaces", "generation")
 
     def __init__(
         self,
@@ -99,6 +103,12 @@ class Backport:
     ) -> None:
         self.architecture, self.module, self.requires = architecture, module, dict(requires)
         self.windows, self.heads, self.recurrent, self.replaces = windows, heads, recurrent, dict(replaces or {})
+        self.generation = ""  # the engine generation's model API it is written for: set by its table (GENERATIONS)
+
+    @property
+    def key(self) -> str:
+        """What COMPAT_BACKPORTS names it by: the architecture and the module of its generation."""
+        return f"{self.architecture}:{self.module}"
 
     def load(self) -> Any:
         """The class itself (imports the module: torch and vLLM, inside the engine only)."""
@@ -190,8 +200,8 @@ GEMMA4_API = dict(LAYERS_055, **GEMMA_055, **WINDOWS_055, **GEMMA4_055, **REDUCE
 QWEN3_5_API = dict(LAYERS_055, **GEMMA_055, **RECURRENT_055)
 MODEL_WINDOW_API = dict(LAYERS_055, **WINDOWS_055, **ENGINE_CLASSES_055)
 
-# architecture -> its backport: one line per backported family.
-BACKPORTS: Dict[str, Backport] = {
+# vLLM 0.5.5's generation (the BI-100's engine): architecture -> its backport, one line per family.
+BACKPORTS_055: Dict[str, Backport] = {
     "Qwen3ForCausalLM": Backport("Qwen3ForCausalLM", "qwen3", LAYERS_055),
     "Qwen3MoeForCausalLM": Backport("Qwen3MoeForCausalLM", "qwen3_moe", dict(LAYERS_055, **EXPERTS_055)),
     "GraniteForCausalLM": Backport("GraniteForCausalLM", "granite", LAYERS_055),
@@ -238,15 +248,62 @@ BACKPORTS: Dict[str, Backport] = {
 }
 
 
-def fitting(architecture: str, layer_api: Optional[Mapping[str, Sequence[str]]]) -> Tuple[Optional[Backport], Optional[List[str]]]:
-    """(the backport of `architecture` or None, what it calls that the engine's layer API lacks:
-    [] when it fits, None when there is no layer API to tell)."""
-    backport = BACKPORTS.get(architecture)
-    if backport is None or layer_api is None:
-        return backport, None
+# The V1 engine's generation (vLLM 0.11: nv-a100, hygon-k100): architecture -> its backport.
+BACKPORTS_V1: Dict[str, Backport] = {}
+
+# Each generation's table, oldest first, with the model API its backports are written for.
+GENERATIONS: Tuple[Tuple[str, Dict[str, Backport]], ...] = (
+    ("vLLM 0.5.5's model API", BACKPORTS_055),
+    ("the V1 engine's model API (vLLM 0.11)", BACKPORTS_V1),
+)
+for _generation, _table in GENERATIONS:
+    for _backport in _table.values():
+        _backport.generation = _generation
+
+# architecture -> its backports, oldest generation first: what the image ships for it.
+BACKPORTS: Dict[str, Tuple[Backport, ...]] = {}
+for _generation, _table in GENERATIONS:
+    for _arch, _backport in _table.items():
+        BACKPORTS[_arch] = BACKPORTS.get(_arch, ()) + (_backport,)
+
+
+def replacing(architecture: str) -> Dict[str, str]:
+    """What the backports of `architecture` replace the engine's own class for ({} where they
+    serve a class the engine lacks): the first generation's table says it."""
+    found = BACKPORTS.get(architecture)
+    return found[0].replaces if found else {}
+
+
+def by_key(key: str) -> Optional[Backport]:
+    """The backport COMPAT_BACKPORTS names as `architecture:module`; a bare architecture names
+    its first generation's."""
+    arch, _, module = key.partition(":")
+    found = BACKPORTS.get(arch, ())
+    return next((b for b in found if not module or b.module == module), None)
+
+
+def _missing(backport: Backport, layer_api: Mapping[str, Sequence[str]]) -> List[str]:
     out = []
     for symbol, params in sorted(backport.requires.items()):
         name = symbol.split(":", 1)[1]
         have = layer_api.get(symbol)
         out.extend([name] if have is None else [f"{name}({p})" for p in params if p not in have])
-    return backport, out
+    return out
+
+
+def fitting(architecture: str, layer_api: Optional[Mapping[str, Sequence[str]]]) -> Tuple[Optional[Backport], Optional[List[str]]]:
+    """(the backport of `architecture` that fits the engine, or None where the image has none,
+    what it calls that the engine's layer API lacks: [] when it fits, None when there is no
+    layer API to tell). Where none fits, the backport that misses least, with what it misses."""
+    found = BACKPORTS.get(architecture, ())
+    if not found:
+        return None, None
+    if layer_api is None:
+        return found[0], None
+    misses = [(backport, _missing(backport, layer_api)) for backport in found]
+    return min(misses, key=lambda pair: len(pair[1]))  # the first of the fewest: a fitting one ([]) first
+
+
+def written_for(architecture: str) -> List[str]:
+    """The engine generations' model APIs the image's backports of `architecture` are written for."""
+    return [backport.generation for backport in BACKPORTS.get(architecture, ())]

@@ -103,7 +103,7 @@ def test_launcher_serves_the_backport_with_the_authors_tokens(models, tmp_path, 
     srv, report = launched(ENGINE, CARD, model, tmp_path / "work", *GREEDY)
     codes = [r["code"] for r in report["repairs"]]
     assert codes == ["R10"] + CPU_BUILD_CODES.get(family, []) and all(r["verified"] for r in report["repairs"]), report
-    assert report["env"][ENV] == FAMILIES[family] and report["args"] == [], report
+    assert report["env"][ENV] == f"{FAMILIES[family]}:{family}" and report["args"] == [], report
     assert f"compat_weights: registered the backport of {FAMILIES[family]}" in srv.log()
     got = srv.greedy_tokens(str(model), author["reference_prompt"], len(author["reference_tokens"]), ids_in_request=False)
     assert got == author["reference_tokens"]
