@@ -23,7 +23,7 @@ help:
 	@echo "make bench-images         image size, rebuild and container start figures"
 	@echo "make release-check        every step of the v* release workflow except push and register (BASES=local: on the local bases)"
 	@echo "make lint        ruff, ruff format, vermin (runtime stays Python 3.10), shellcheck, hadolint, actionlint"
-	@echo "make fixtures    regenerate the committed fixture models (tests/fixtures/models)"
+	@echo "make fixtures    regenerate the committed fixture models (harness/fixtures/models)"
 
 # Each venv is built once per spec hash in a cache outside the checkout (scripts/make-venv.sh).
 venv:
@@ -52,9 +52,9 @@ models-457: models-v5 engine-env
 	@$(PY) -m conformance models --image-changes --saver 457
 image-change-models: models-455 models-457
 # vLLM's model-class inspections written into the caches the tests' starts of vLLM 0.11 and 0.32
-# use (tests/vllm_caches.py says why; 0.5.5 keeps none), as soon as those venvs are there.
+# use (harness/vllm_caches.py says why; 0.5.5 keeps none), as soon as those venvs are there.
 vllm-caches: venv engine-env engine-next-env
-	@$(PY) -m tests.vllm_caches .venv-engine .venv-engine-next
+	@$(PY) -m harness.vllm_caches .venv-engine .venv-engine-next
 envs: venv author-env engine-env engine055-env engine-next-env upstream-src
 
 # A Docker daemon for the command after it: the one that answers, or one started for that command
@@ -105,7 +105,7 @@ demo: venv author-env
 # runs pytest without a shell between: a kill of the run reaches pytest (make passes SIGTERM on to
 # its children). pytest prints the 30 slowest tests and writes every test's seconds to
 # build/test-durations.json (tests/durations.py). TEST_WORKERS pytest workers side by side
-# (pytest-xdist), each pinned to its own share of the cores (tests/cores.py); each module runs
+# (pytest-xdist), each pinned to its own share of the cores (harness/cores.py); each module runs
 # whole on one worker, the longest first (conftest.py), and the run fails when
 # a module makes more engine starts than tests/engine_starts.toml allows.
 TEST_WORKERS ?= 2
@@ -127,7 +127,7 @@ conformance: venv author-env engine-env engine055-env engine-next-env vllm-cache
 
 # The committed fixture models the unit tests read, made again by their authors' transformers.
 fixtures: venv author-env engine055-env
-	@$(PY) -m tests.fixtures.committed
+	@$(PY) -m harness.fixtures.committed
 
 fuzz: venv
 	@$(PY) tests/fuzz.py

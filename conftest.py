@@ -13,11 +13,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from tests import durations, starts  # noqa: E402
-from tests.cores import pin_this_worker  # noqa: E402
-from tests.starts import load_budget  # noqa: E402
-from tests.fixtures.committed import COMMITTED, VARIANTS  # noqa: E402
-from tests.fixtures.factory import build  # noqa: E402
+from harness import starts  # noqa: E402
+from tests import durations  # noqa: E402
+from harness.cores import pin_this_worker  # noqa: E402
+from harness.starts import load_budget  # noqa: E402
+from harness.fixtures.committed import COMMITTED, VARIANTS  # noqa: E402
+from harness.fixtures.factory import build  # noqa: E402
 
 
 def pytest_addoption(parser):
@@ -102,7 +103,7 @@ def pytest_runtest_logreport(report):
     _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
 
 
-# Engine starts (tests/starts.py): each worker sends its own back to the controller when it ends.
+# Engine starts (harness/starts.py): each worker sends its own back to the controller when it ends.
 _worker_starts: list = []
 
 
@@ -125,7 +126,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 def _budget_problems(config, budget: dict) -> list:
-    from tests.engine import ENGINES
+    from harness.engine import ENGINES
 
     try:
         workers = int(getattr(config.option, "numprocesses", None) or 1)
@@ -147,7 +148,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(scope="session")
 def models(tmp_path_factory):
-    """The committed tiny models (tests/fixtures/models: metadata only, saved by their authors'
+    """The committed tiny models (harness/fixtures/models: metadata only, saved by their authors'
     transformers), copied once per session so no test can touch the committed files."""
     base = tmp_path_factory.mktemp("models")
     cache = {}

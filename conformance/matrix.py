@@ -1,7 +1,7 @@
 """Run the conformance matrix: every case on every card's engine, through that card's launcher.
 
 For each engine generation (conformance/cases.py ENGINES) one worker process in the engine's
-venv runs the cells of its cards (conformance/engine_worker.py); engines run side by side as
+venv runs the cells of its cards (harness/engine_worker.py); engines run side by side as
 cores allow. Each answered cell is compared with its saver's reference: `exact` or `differs`;
 a start that failed is `refused`, a first request that failed is `crashed`, each with the code
 triage gives its log. Then doctor judges every model on every card (one doctor process per
@@ -29,9 +29,9 @@ from common.model.config_traits import config_traits, sharding
 from common.model.config_values import config_values
 from common.start.log import PREFIX
 from common.triage import scan, signatures
-from tests.cores import pin_env, rank_binds
-from tests.engine import vllm_cache
-from tests.engine_env import COMMON_ENV
+from harness.cores import pin_env, rank_binds
+from harness.engine import vllm_cache
+from harness.engine_env import COMMON_ENV
 
 from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, load_cases, tensor_parallel, tp_args, tp_sizes
 from .fingerprint import doctor_fingerprint, fingerprint
@@ -40,7 +40,7 @@ from .models import CACHE, ensure, model_dir, record
 LAUNCHER_PREFIX = PREFIX.encode()
 
 RESULTS = Path(__file__).resolve().parent / "results.json"
-WORKER = "conformance.engine_worker"
+WORKER = "harness.engine_worker"
 
 
 def cell_values(config: Dict[str, Any], vllm: str, architecture: str, tp: int) -> Dict[str, List[str]]:

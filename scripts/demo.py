@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.fixtures.factory import build  # noqa: E402
+from harness.fixtures.factory import build  # noqa: E402
 
 
 def main() -> int:

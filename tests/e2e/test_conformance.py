@@ -22,7 +22,7 @@ from conformance import report
 from conformance.cases import AUTHOR, ENGINES, PLATFORM_ARGS, load_cases, tensor_parallel, tp_sizes
 from conformance.image_changes import IMAGE_ENGINES, image_change_cells
 from conformance.matrix import RESULTS, cell_id, cell_key, run_cells, select_cases
-from tests.starts import record
+from harness.starts import record
 
 RESULTS_DATA = json.loads(RESULTS.read_text())
 CELLS = RESULTS_DATA["cells"]
@@ -117,7 +117,7 @@ def test_a_cell_served_over_http_by_the_launcher_with_torch_compile_gives_the_wo
     engine's default torch.compile. Both give the author's greedy ids: a transformers-5 Qwen3 on
     nv-a100 (R3, R3b, R5 repaired), its committed cell exact."""
     from conformance.models import ensure, model_dir, record
-    from tests.engine import ENGINE_0110
+    from harness.engine import ENGINE_0110
 
     if not ENGINE_0110.available():
         pytest.skip(ENGINE_0110.missing_reason)

@@ -15,7 +15,7 @@ import yaml
 from compat_build import manifest, release, render, task_info
 from tests.docker_api import DROP, DockerAPI
 from compat_build.render import HOME
-from tests.ports import free_port
+from harness.ports import free_port
 from tests.integration.test_library_patches import VENVS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +72,7 @@ def test_rendered_context_is_complete_and_lint_clean(tmp_path, card):
     assert filecmp.cmp(ctx / "entrypoint.sh", ROOT / "common" / "entrypoint.sh", shallow=False)
     # The self-test's models: the committed fixtures, byte for byte, copied into the image.
     for model in render.SELFTEST_MODELS:
-        assert not filecmp.dircmp(ctx / "selftest" / "models" / model, ROOT / "tests" / "fixtures" / "models" / model).diff_files
+        assert not filecmp.dircmp(ctx / "selftest" / "models" / model, ROOT / "harness" / "fixtures" / "models" / model).diff_files
         assert (ctx / "selftest" / "models" / model / "config.json").is_file()
     assert f"COPY selftest/ {HOME}/selftest/" in lines
     assert os.access(ctx / "entrypoint.sh", os.X_OK)

@@ -22,7 +22,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from tests.fixtures.committed import COMMITTED, VARIANTS
+from harness.fixtures.committed import COMMITTED, VARIANTS
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -52,7 +52,7 @@ MAPPED: Dict[str, Tuple[str, ...]] = {
         "common/tests/test_doctor_many.py::test_a_folder_of_models_is_one_row_per_model_and_card_with_one_process_per_card",
         "common/tests/test_doctor_many.py::test_card_all_judges_every_engine_profile",
     ),
-    "python3 -m common doctor tests/fixtures/models --card all": (
+    "python3 -m common doctor harness/fixtures/models --card all": (
         "common/tests/test_doctor_many.py::test_a_folder_of_models_is_one_row_per_model_and_card_with_one_process_per_card",
         "common/tests/test_doctor_many.py::test_card_all_judges_every_engine_profile",
     ),
@@ -296,7 +296,7 @@ def test_the_cheap_commands_shown_run_from_the_repository_root(models, tmp_path)
 def test_make_demo_shows_the_repairs_of_its_transformers5_model(models, tmp_path, monkeypatch):
     """`make demo` is scripts/demo.py (after `make venv author-env`): it saves a tiny model with
     transformers 5, then runs the preflight on it. Here the script runs as it is, with the
-    committed copy of that model (tests/fixtures/models/v5-generic, made by the same call and held
+    committed copy of that model (harness/fixtures/models/v5-generic, made by the same call and held
     to a fresh save by tests/integration/test_fixture_models.py) in place of the save, which needs
     the transformers-5 venv."""
     spec = importlib.util.spec_from_file_location("demo_script", ROOT / "scripts" / "demo.py")

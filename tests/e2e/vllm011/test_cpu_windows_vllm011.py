@@ -14,7 +14,7 @@ cases' conformance cells on 0.11.0 prove the same through the launcher (conforma
 
 import pytest
 
-from tests.engine import ENGINE_0110, ROOT
+from harness.engine import ENGINE_0110, ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not ENGINE_0110.available(), reason=ENGINE_0110.missing_reason)]
 
