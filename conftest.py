@@ -6,6 +6,7 @@ import secrets
 import shutil
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from harness import starts  # noqa: E402
-from tests import durations  # noqa: E402
+from tests import durations, setup_times  # noqa: E402
 from harness.cores import pin_this_worker  # noqa: E402
 from harness.starts import load_budget  # noqa: E402
 from harness.fixtures.committed import COMMITTED, VARIANTS  # noqa: E402
@@ -41,6 +42,21 @@ def pytest_addoption(parser):
 _durations: dict = {}
 
 
+# The run's own temporary base (tmp_path and friends), removed when the run ends: under pytest's
+# default base (/tmp/pytest-of-USER/pytest-N) any other pytest on the machine prunes all but the
+# three newest numbered dirs, the suite's model directories among them, mid-run.
+_own_basetemp: list = []
+
+
+def _take_basetemp(config) -> None:
+    if config.option.basetemp or os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # given on the command line, or a worker's (its controller's base, one dir each)
+    base = tempfile.mkdtemp(prefix="enginex-compat-pytest-")
+    config.option.basetemp = os.path.join(base, "tmp")
+    _own_basetemp.append(base)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     # One seed for the whole run, drawn here (before pytest-xdist starts its workers, which inherit
     # it): the property tests try new inputs each run, and the header names the seed to replay.
@@ -49,7 +65,13 @@ def pytest_configure(config):
     if worker:
         pin_this_worker(worker, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     else:
+        _take_basetemp(config)
         durations.hold_for_run()  # one order for every worker of this run
+
+
+def pytest_unconfigure(config):
+    for base in _own_basetemp:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def pytest_report_header(config):
@@ -120,6 +142,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     budget = load_budget()
+    for line in setup_times.summary(setup_times.read(os.environ.get("COMPAT_SETUP_TIMES"))):
+        terminalreporter.write_line(line)
     terminalreporter.write_line(starts.summary(_all_starts(), budget))
     for problem in _budget_problems(config, budget):
         terminalreporter.write_line(f"ENGINE START BUDGET: {problem}", red=True)

@@ -17,6 +17,7 @@ from . import manifest as manifest_mod
 ROOT = manifest_mod.ROOT
 PYTHON_PATHS = ("common", "compat_build", "conformance", "harness", "tests", "scripts", "conftest.py")
 WORKFLOWS = ".gitea/workflows"
+ACTIONLINT_CONFIG = ".gitea/actionlint.yaml"  # the project runners' labels
 
 
 def tool(name: str) -> Optional[str]:
@@ -57,7 +58,7 @@ LINTERS: Dict[str, Tuple[str, Callable[[str], List[str]]]] = {
     # Every script here is bash; the env install scripts are sourced by make-venv.sh and have no shebang.
     "shellcheck": ("shellcheck", lambda tmp: ["-S", "style", "--shell=bash", *shell_scripts()]),
     "hadolint": ("hadolint", lambda tmp: ["--failure-threshold", "error", *_dockerfiles(tmp)]),
-    "actionlint": ("actionlint", lambda tmp: workflows()),
+    "actionlint": ("actionlint", lambda tmp: ["-config-file", ACTIONLINT_CONFIG, *workflows()]),
 }
 
 

@@ -222,11 +222,31 @@ def test_workflow_gates_the_push_on_the_selftest_and_registers_the_pushed_digest
 def test_test_workflow_lints_and_runs_the_unit_tier_on_every_push_and_pull_request():
     flow = yaml.safe_load(TEST_WORKFLOW.read_text())
     assert set(flow[True]) == {"push", "pull_request"} and not flow[True]["push"]  # every branch and tag
-    [job] = flow["jobs"].values()
+    job = flow["jobs"]["lint-and-unit"]
+    assert "if" not in job
     runs = [s.get("run", "") for s in job["steps"]]
     venv, lint, unit = (next(i for i, r in enumerate(runs) if m in r) for m in ("make venv", "make lint", "pytest common/ tests/unit"))
     assert venv < lint and venv < unit
     assert runs[unit].startswith(".venv/bin/python -m pytest")
+
+
+def suite_job(job: dict) -> None:
+    """A job that runs the README's `make test` whole, as CI's entry point does, on a runner with Docker."""
+    assert job["runs-on"] == "docker-host" and job["timeout-minutes"] <= 90
+    assert [s["run"] for s in job["steps"] if "run" in s] == ["CI=true make test"]
+    labels = yaml.safe_load((ROOT / ".gitea" / "actionlint.yaml").read_text())["self-hosted-runner"]["labels"]
+    assert job["runs-on"] in labels
+
+
+def test_make_test_runs_on_pushes_to_main_and_before_any_release_build():
+    flow = yaml.safe_load(TEST_WORKFLOW.read_text())
+    suite = flow["jobs"]["suite"]
+    suite_job(suite)
+    assert suite["if"] == "github.event_name == 'push' && github.ref == 'refs/heads/main'" and suite["needs"] == "lint-and-unit"
+    release = workflow()["jobs"]
+    suite_job(release["suite"])
+    # Nothing of the release runs before it passed: every other job waits on it, directly or not.
+    assert release["matrix"]["needs"] == "suite" and release["image"]["needs"] == "matrix"
 
 
 def test_matrix_output_lists_the_manifest_cards():
