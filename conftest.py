@@ -61,6 +61,8 @@ def pytest_configure(config):
     # One seed for the whole run, drawn here (before pytest-xdist starts its workers, which inherit
     # it): the property tests try new inputs each run, and the header names the seed to replay.
     os.environ.setdefault("FUZZ_SEED", str(secrets.randbelow(2**32)))
+    # Likewise the conformance cells a run verifies again (tests/e2e/test_conformance.py).
+    os.environ.setdefault("CONFORMANCE_SEED", str(secrets.randbelow(2**32)))
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         pin_this_worker(worker, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
@@ -75,7 +77,11 @@ def pytest_unconfigure(config):
 
 
 def pytest_report_header(config):
-    return f"fuzz seed: {os.environ['FUZZ_SEED']} (FUZZ_SEED={os.environ['FUZZ_SEED']} runs the same inputs again)"
+    return [
+        f"fuzz seed: {os.environ['FUZZ_SEED']} (FUZZ_SEED={os.environ['FUZZ_SEED']} runs the same inputs again)",
+        f"conformance sample seed: {os.environ['CONFORMANCE_SEED']} (CONFORMANCE_SEED={os.environ['CONFORMANCE_SEED']} verifies the "
+        "same cells again; python -m conformance verify --seed N outside the suite)",
+    ]
 
 
 def _scope(nodeid: str) -> str:

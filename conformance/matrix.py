@@ -10,6 +10,7 @@ card, verified with that card's engine), and the cell records its verdict.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -191,6 +192,14 @@ def classify(result: Dict[str, Any], reference: List[int], log: Path) -> Dict[st
             out["signal"] = result["signal"]
         return out
     return {"result": "error", "code": None, "cause": quoted(result.get("error"))}
+
+
+def log_digest(log: Path) -> Optional[str]:
+    """sha256 of a cell's whole log (None where it left none): which run a result came from."""
+    try:
+        return hashlib.sha256(log.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def max_model_len_of(args: List[str]) -> Optional[str]:
@@ -441,6 +450,12 @@ def collect(
                 row["first_difference"] = first_difference(result.get("tokens"), reference)
             if result.get("same_start_as"):
                 row["same_start_as"] = result["same_start_as"]
+            # What ran, kept so that anyone can re-check it (python -m conformance verify): the
+            # reference and served ids, a digest of the cell's log, when it ran and how long.
+            row["reference"] = list(reference)
+            row["served"] = result.get("tokens") if result.get("outcome") == "answered" else None
+            row["log_sha256"] = log_digest(Path(cell["log"]))
+            row["ran_at"] = result.get("ran_at")
             row["seconds"] = result.get("seconds")
             row["fingerprint"] = cell["fingerprint"]
             config = json.loads((Path(cell["model"]) / "config.json").read_text())
@@ -454,7 +469,7 @@ def collect(
     for row in out:
         same = by_id.get(row.get("same_start_as", ""))
         if same is not None:
-            row.update({k: same[k] for k in ("code", "cause", "signal") if k in same})
+            row.update({k: same[k] for k in ("code", "cause", "signal", "served", "log_sha256") if k in same})
     return out
 
 

@@ -13,7 +13,7 @@ the platform would get) and exits. A plan that patched the engine's source runs 
 in a fresh interpreter, so the patched module is the one imported.
 
 Each result line: {"id", "outcome": "answered" | "refused" | "crashed", "tokens", "error",
-"signal", "plan": {"args", "env", "repairs"}, "seconds"}. `refused`: the engine did not come up
+"signal", "plan": {"args", "env", "repairs"}, "seconds", "ran_at"}. `refused`: the engine did not come up
 (what `vllm serve` exits on before it is ready); `crashed`: it came up and the first request
 failed or killed it. The child's whole log goes to the cell's log file, for triage.
 
@@ -244,6 +244,7 @@ def _child(cell: Dict[str, Any], fd: int, fresh: bool) -> None:
     os.dup2(log, 2)
     os.chdir(str(ROOT))
     start = time.monotonic()
+    ran_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     summary: Dict[str, Any] = {}
     try:
         result = run_cell(cell, fd, fresh, summary)
@@ -257,6 +258,7 @@ def _child(cell: Dict[str, Any], fd: int, fresh: bool) -> None:
         traceback.print_exc()
         result = {"outcome": "error", "error": f"{type(exc).__name__}: {exc}"[-2000:]}
     result["seconds"] = round(time.monotonic() - start, 2)
+    result["ran_at"] = ran_at
     result["plan"] = summary
     if fresh:
         restore(summary.get("patched", ()))

@@ -12,6 +12,7 @@ eager) with the tokens the in-process worker got.
 """
 
 import json
+import os
 from typing import Dict, List
 
 import pytest
@@ -109,6 +110,33 @@ def test_the_cells_the_image_changes_come_out_as_committed():
         if got.get(key, {}).get("result") != committed[key]["result"] or got[key].get("code") != committed[key].get("code")
     ]
     assert changed == []
+
+
+@pytest.mark.e2e
+def test_a_rotating_sample_of_cells_comes_out_as_committed():
+    """`python -m conformance verify` on a sample drawn by this run's seed (CONFORMANCE_SEED, in
+    the run's header): at least 20 committed cells outside those the image changes, from every
+    engine generation, @next's included, run again and compared with what results.json says
+    (result, code, served ids). A cell edited by hand is named: here a copy of one sampled exact
+    cell whose served ids (and so its result) were changed to a consistent, false claim."""
+    from conformance import verify
+
+    for engine in ENGINES.values():
+        if not engine.available():
+            pytest.skip(f"no {engine.venv}: run `make {engine.make_target}`")
+    seed = int(os.environ["CONFORMANCE_SEED"])
+    cells = verify.sample(RESULTS_DATA, seed)
+    assert len(cells) >= verify.SAMPLE and {c["vllm"] for c in cells} == set(ENGINES)
+    honest = next(c for c in cells if c["result"] == "exact")
+    served = list(honest["served"])
+    served[-1] += 1
+    forged = dict(honest, result="differs", served=served, first_difference=len(served) - 1)
+    assert verify.inconsistent(forged) is None  # only a run again can tell
+    problems = verify.rerun(RESULTS_DATA, cells + [forged])
+    record("cell", len(cells))
+    assert problems == [f"{verify.name(forged)}: result 'differs' -> 'exact'; served {served!r} -> {honest['served']!r}"], (
+        f"seed {seed}: " + "\n".join(problems)
+    )
 
 
 @pytest.mark.e2e
