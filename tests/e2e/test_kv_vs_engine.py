@@ -73,7 +73,7 @@ def models(tmp_path_factory) -> Dict[str, Path]:
     base = tmp_path_factory.mktemp("kv")
     out = {name: write_model(base / name, config) for name, config in MODELS.items()}
     for name in TOKENIZER_FILES:  # the served one needs a tokenizer: the committed tiny one (396 tokens)
-        shutil.copy(ROOT / "tests" / "fixtures" / "models" / "457-generic" / name, out["gqa"] / name)
+        shutil.copy(ROOT / "harness" / "fixtures" / "models" / "457-generic" / name, out["gqa"] / name)
     return out
 
 
