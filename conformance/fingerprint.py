@@ -11,8 +11,9 @@ The start path of a cell is what the image runs for that model on that card:
 - the vLLM plugin the engine loads in every process (its engine patches too), the shims of vendor modules, and the
   backport of the cell's architecture where there is one, with what each imports;
 - the card's own files and its engine profile;
-- the engine venv's spec (envs/<name>/: versions, the harness patches of the CPU stand-in), the
-  platform's arguments every cell starts with, and the worker that drives the engine;
+- the engine venv's spec (envs/<name>/: versions, its lock, the harness patches of the CPU
+  stand-in) and what is installed in it, the platform's arguments every cell starts with, and the
+  worker that drives the engine;
 - the saver's venv spec, and the author's (the reference tokens are transformers 5's).
 
 doctor's verdict on each cell's model (the `doctor` of each cell) is of doctor's code as a whole:
@@ -197,13 +198,28 @@ def _file_hash(path: Path) -> str:
     return hashlib.sha256(_source_bytes(path)).hexdigest()
 
 
+@cache
+def installed(venv: str) -> str:
+    """What the venv at `venv` holds: its distributions' names and versions, read from their
+    metadata folders ("not built" without one). pip is left out: make-venv.sh upgrades it before
+    the install, and it is the installer, not what a cell runs."""
+    sites = sorted((ROOT / venv).glob("lib/python*/site-packages"))
+    if not sites:
+        return "not built"
+    names = sorted(p.name[: -len(".dist-info")] for p in sites[0].glob("*.dist-info") if not p.name.lower().startswith("pip-"))
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
+
+
 def venv_spec(venv: str) -> str:
-    """The hash of an engine venv's spec (envs/<name>/, as scripts/make-venv.sh keys its cache)."""
+    """The hash of a venv: its spec (envs/<name>/ with its lock, as scripts/make-venv.sh keys its
+    cache) and what is installed in it (`installed`: a venv built otherwise than its spec says is
+    another venv)."""
     name = venv.lstrip(".").removeprefix("venv-")
     h = hashlib.sha256()
     for path in _files_under(ROOT / "envs" / name):
         h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
     h.update((ROOT / "scripts" / "make-venv.sh").read_bytes())
+    h.update(f"installed {installed(venv)}".encode())
     return h.hexdigest()[:16]
 
 

@@ -341,9 +341,16 @@ def committed_fingerprints(path: Path = RESULTS) -> Dict[Tuple[str, str, str, in
 def stale(results: Dict[str, Any]) -> List[str]:
     """The committed cells that do not prove the code as it is: a fingerprint that no longer
     matches (or none), a case or card gone, a case with no cell on an engine. Reads no model and
-    starts nothing: what `make test` checks."""
+    starts nothing: what `make test` checks. A fingerprint hashes what each venv holds: a venv not
+    built here is named first, its cells' fingerprints cannot match."""
+    from .fingerprint import installed
+
     cases = {c["name"]: c for c in load_cases()}
     engine_of = {card: e for e in ENGINES.values() for card in e.cards}
+    venvs = sorted({e.venv for e in ENGINES.values()} | {s.venv for s in SAVERS.values()})
+    unbuilt = [v for v in venvs if installed(v) == "not built"]
+    if unbuilt:
+        return [f"{', '.join(unbuilt)} not built here (make envs): every cell's fingerprint hashes what its venvs hold"]
     sizes = tensor_parallel()
     out = []
     ran = set()

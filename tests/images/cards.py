@@ -73,6 +73,12 @@ def serving_cards() -> List[str]:
     return sorted(chosen.values())
 
 
+def backport_cards(vllm: str) -> List[str]:
+    """Every card whose engine is vLLM `vllm`: the cards the backports of that generation serve on
+    (each image is its own build: hygon-k100's as well as nv-a100's)."""
+    return sorted(card for card in MATRIX.cards if entry(card).vllm == vllm)
+
+
 def vanilla_refusing_cards() -> List[str]:
     """The serving cards whose engine is older than transformers 5: vanilla refuses its tokenizer."""
     return [card for card in serving_cards() if int(entry(card).transformers.split(".")[0]) < 5]

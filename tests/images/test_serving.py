@@ -24,8 +24,8 @@ from compat_build import manifest
 from harness.cores import cpu_set
 from harness.engine import ENGINES, COMMON_ENV
 from harness.fixtures.factory import author_record
-from tests.images.cards import serving_cards, transformers5_repairs, vanilla_refusing_cards
-from tests.images.conftest import IMAGE_HOME
+from tests.images.cards import backport_cards, serving_cards, transformers5_repairs, vanilla_refusing_cards
+from tests.images.conftest import IMAGE_HOME, NEWEST_FAMILIES
 from harness.containers import platform_run_kwargs
 from harness.ports import free_port
 
@@ -110,6 +110,26 @@ def test_a_transformers5_model_is_served_with_its_authors_greedy_tokens(images, 
         assert status == 0 and text.strip() == "no seed", text
     else:
         assert status == 0 and int(text.strip()) > 100, text
+
+
+@pytest.mark.parametrize("family", NEWEST_FAMILIES)
+@pytest.mark.parametrize("card", backport_cards("0.11.0"))
+def test_the_newest_families_are_served_through_the_images_backports(images, containers, image_models, card, family):
+    """A tiny Qwen3.5 and a tiny Gemma 4, saved by their author's transformers 5: the image's
+    plugin registers the backport written for its engine's generation (vLLM 0.11 lacks both
+    classes), and the container serves the author's greedy tokens."""
+    model = image_models(family)
+    author = author_record(model)
+    architecture = json.loads((model / "config.json").read_text())["architectures"][0]
+    srv, _ = start(containers, images, card, model, f"served-{family}")
+    assert srv.wait_ready(), srv.log()[-4000:]
+    got = srv.greedy_tokens("/model", author["reference_prompt"], len(author["reference_tokens"]))
+    assert got == author["reference_tokens"]
+    log = srv.log()
+    assert f"compat_weights: registered the backport of {architecture}" in log, log[-3000:]
+    status, text = srv.exec("sh", "-c", "cat /tmp/compat-*/report.json")
+    report = json.loads(text)
+    assert status == 0 and "R10" in {r["code"] for r in report["repairs"]}, report
 
 
 @pytest.mark.parametrize("card", vanilla_refusing_cards())

@@ -7,19 +7,27 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
+
 from conformance import fingerprint as fp
-from conformance.cases import ENGINES, ROOT, load_cases, tensor_parallel
+from conformance.cases import ENGINES, ROOT, SAVERS, load_cases, tensor_parallel
 from conformance.matrix import RESULTS, stale
 
 from common.vllm_plugin.compat_backports import BACKPORTS
 
 CASES = {c["name"]: c for c in load_cases()}
+# A fingerprint hashes what each engine and saver venv holds (conformance/fingerprint.py `installed`).
+VENVS = sorted({e.venv for e in ENGINES.values()} | {s.venv for s in SAVERS.values()})
+needs_venvs = pytest.mark.skipif(
+    any(fp.installed(v) == "not built" for v in VENVS), reason="a cell's fingerprint hashes what its venvs hold: run `make envs`"
+)
 
 
 def rel(paths):
     return {str(p.relative_to(ROOT)) for p in paths}
 
 
+@needs_venvs
 def test_every_committed_cell_proves_the_code_that_runs():
     found = stale(json.loads(RESULTS.read_text()))
     listed = "\n".join(found[:30]) + (f"\n... and {len(found) - 30} more" if len(found) > 30 else "")
@@ -108,6 +116,7 @@ def where(cell):
     return f"{cell['variant']} saved by {cell['saved_by']} on {cell['card']}" + (f" at TP {cell['tp']}" if cell["tp"] > 1 else "")
 
 
+@needs_venvs
 def test_stale_names_a_changed_cell_an_unfingerprinted_one_a_case_never_run_and_old_verdicts():
     results = copy.deepcopy(json.loads(RESULTS.read_text()))
     cells = results["cells"]
@@ -126,3 +135,19 @@ def test_stale_names_a_changed_cell_an_unfingerprinted_one_a_case_never_run_and_
     # doctor's verdicts on the cells are of doctor's code: judged by other code, they are stale too.
     results["judged_with"] = "0" * 16
     assert any(line.startswith("doctor's verdicts on the cells: judged by other code") for line in stale(results))
+
+
+def test_a_venv_holding_other_distributions_is_another_venv(monkeypatch):
+    """The fingerprint hashes what a venv holds, not only its spec: a venv whose packages moved
+    (an unpinned requirement resolved anew, a hand install) makes its cells stale; a venv not
+    built here is said, not taken for a changed one."""
+    case, engine = CASES["qwen3"], ENGINES["0.11.0"]
+    before = fp.fingerprint(case, "v5", engine, "nv-a100")
+    real = fp.installed
+    monkeypatch.setattr(fp, "installed", lambda venv: "another set" if venv == engine.venv else real(venv))
+    fp._file_hash.cache_clear()
+    assert fp.fingerprint(case, "v5", engine, "nv-a100") != before
+    monkeypatch.setattr(fp, "installed", lambda venv: "not built")
+    assert stale(json.loads(RESULTS.read_text()))[0].endswith(
+        "not built here (make envs): every cell's fingerprint hashes what its venvs hold"
+    )
