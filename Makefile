@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CARD   ?= nv-a100
 
-.PHONY: conformance help venv author-env engine-env engine055-env engine-next-env upstream-src vllm-caches envs models-v5 models-455 models-457 image-change-models base-engine base-engine055 base-engine-next bases-in-daemon images-on-engine images-on-engine055 images-on-engine-next images-in-daemon base-images images docker-prune demo test test-in-daemon test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
+.PHONY: conformance help venv author-env engine-env engine055-env engine-next-env upstream-src vllm-caches envs models-v5 models-455 models-457 image-change-models base-engine base-engine055 base-engine-next bases-in-daemon images-on-engine images-on-engine055 images-on-engine-next images-in-daemon base-images images docker-prune demo test test-in-daemon test-fast fuzz fixtures bench bench-images profiles profiles-check config-names render build release-check lint clean
 
 help:
 	@echo "make demo        a transformers-5 model the $(CARD) engine refuses, served through the image's entrypoint with its author's tokens"
@@ -14,7 +14,8 @@ help:
 	@echo "make test-fast   unit and integration tests without starting vLLM"
 	@echo "make fuzz        the property-based red-line suite at 10,000+ random examples"
 	@echo "make bench       preflight speed figures"
-	@echo "make profiles    regenerate common/engine/profiles/*.json and common/engine/model_fields.json from build_matrix.toml and the engine venvs"
+	@echo "make profiles    regenerate common/engine/profiles/*.json, model_fields.json and config_names.json from build_matrix.toml and the engine venvs"
+	@echo "make config-names  only common/engine/config_names.json: the config names vLLM 0.11's model code reads that saved configs lack (R13)"
 	@echo "make conformance the conformance cells not yet run or whose code changed (tokens against the author's transformers)"
 	@echo "make render      build contexts of every card into build/<card>/ (and cards/*/task_info.env)"
 	@echo "make build CARD=nv-a100   build a card image with Docker (CARD=all for every card)"
@@ -157,10 +158,17 @@ bench-images: venv engine-env engine055-env engine-next-env
 profiles: venv author-env engine-env engine055-env engine-next-env
 	$(PY) -m compat_build.profiles
 	$(PY) -m compat_build.model_fields
+	$(PY) -m compat_build.config_names
 
 profiles-check: venv author-env engine-env engine055-env engine-next-env
 	$(PY) -m compat_build.profiles --check
 	$(PY) -m compat_build.model_fields --check
+	$(PY) -m compat_build.config_names --check
+
+# The engine builds each registered architecture's model class from the configs both savers
+# write (minutes): the names R13 states (compat_build/config_names.py).
+config-names: venv author-env engine-env
+	$(PY) -m compat_build.config_names
 
 render: venv
 	@$(PY) -m compat_build.task_info

@@ -10,7 +10,7 @@ The start path of a cell is what the image runs for that model on that card:
   change what a cell ran;
 - the vLLM plugin the engine loads in every process (its engine patches too), the shims of vendor modules, and the
   backport of the cell's architecture where there is one, with what each imports;
-- the card's own files and its engine profile;
+- the card's own files, its engine profile, and the engine tables a repairing rule reads (START_DATA);
 - the engine venv's spec (envs/<name>/: versions, its lock, the harness patches of the CPU
   stand-in) and what is installed in it, the platform's arguments every cell starts with, and the
   worker that drives the engine;
@@ -42,6 +42,8 @@ BACKPORTS = PLUGIN / "compat_backports"
 # which is on the engine's PYTHONPATH (compat_backports.x).
 IMPORT_ROOTS = (ROOT, PLUGIN)
 LAUNCH_ROOTS = (COMMON / "start" / "launch.py", ROOT / "harness" / "engine_worker.py", ROOT / "harness" / "engine_env.py")
+# The engine tables under common/engine/ that a repairing rule reads at every start.
+START_DATA = ("config_names.json",)
 EXCLUDED_ASSIGNMENTS = {COMMON / "rules" / "support" / "scopes.py": "C1_ARCHITECTURES"}
 
 
@@ -174,6 +176,8 @@ def path_files(card: str, architecture: str) -> List[Path]:
     card_dir = ROOT / "cards" / card.split("@")[0]
     files.update(p for p in _files_under(card_dir) if not p.name.startswith("task_info"))  # rendered, read by CI only
     files.add(COMMON / "engine" / "profiles" / f"{card}.json")
+    # Data a repairing rule reads (R13's names), which no import shows.
+    files.update(COMMON / "engine" / name for name in START_DATA)
     return sorted(p for p in files if p.is_file())
 
 

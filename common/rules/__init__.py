@@ -22,6 +22,7 @@ from . import (
     r4_architectures,
     r5_config_format,
     r12_config_classes,
+    r13_config_names,
     remote_code,
 )
 from .support.base import Context, Outcome, Rule, Scoped
@@ -58,6 +59,8 @@ REGISTRY: Tuple[Rule, ...] = (
     Scoped("r10_backport", "R10", architectures=R10_ARCHITECTURES),
     r4_architectures.RULE,
     r5_config_format.RULE,
+    # After R5: a nested text_config both give whole keeps the keys of both (model_view.merge_edits).
+    r13_config_names.RULE,
     h1_head_size.RULE,
     h2_null_head_dim.RULE,
     # doctor only: the weights and one request's KV cache against the card's memory.

@@ -18,6 +18,11 @@ and the controls: `gemma4-moe`, a Gemma 4 with its MoE block (26B-A4B), which th
 backport builds on vLLM 0.5.5 (its tanh-GELU experts on the grouped path) and vLLM 0.32 has itself; `llama` (the committed 457-generic fixture, unchanged) starts on every engine
 with no MB finding, and `llama-gelu-config-only` holds config.json alone (no tokenizer, no
 weights): the model build needs nothing else.
+R13's names (common/engine/config_names.json) are held to vLLM 0.11.0 itself: a Gemma 2 saved by
+transformers 5 (`hidden_activation` only), and config.json alone of each other family whose name
+0.11's model code reads without the config carrying it (DeepSeek-V2, GLM-4.5 without a head_dim,
+LFM2, ModernBERT, PaliGemma 2's nested Gemma 2), saved by transformers 5: each is refused naming
+the name when R13 is skipped, and built with R13's repair.
 One doctor run per card judges them all (doctor_many: one engine process for the checks, one
 for the model builds), as a user runs it, with each card's engine venv as its engine Python, and
 leaves every model directory as it was (red line 1). About a minute on two cores, most of it
@@ -77,6 +82,38 @@ BUILT = {
     ),
     "gemma4-bidirectional": ("v5", ("--model-type", "gemma4", "--set", 'use_bidirectional_attention="all"')),
 }
+# R13's families, config.json alone, as transformers 5 saves them: name -> (the expression, the
+# class it is saved as, the name vLLM 0.11.0's model code reads that the save lacks).
+SMALL = "hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=512"
+R13_CONFIGS = {
+    "deepseek-v2": (
+        f"DeepseekV2Config({SMALL}, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=128, kv_lora_rank=64, "
+        "q_lora_rank=None, qk_nope_head_dim=32, qk_rope_head_dim=32, v_head_dim=64, first_k_dense_replace=1, n_group=1, topk_group=1)",
+        "DeepseekV2ForCausalLM",
+        "moe_layer_freq",
+    ),
+    "glm4-moe": (
+        f"Glm4MoeConfig({SMALL}, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=128, first_k_dense_replace=1, "
+        "n_group=1, topk_group=1)",
+        "Glm4MoeForCausalLM",
+        "head_dim",
+    ),
+    "lfm2": (f"Lfm2Config({SMALL})", "Lfm2ForCausalLM", "conv_dim"),
+    "modernbert": (f"ModernBertConfig({SMALL})", "ModernBertModel", "layer_norm_eps"),
+    "paligemma2": (
+        f"PaliGemmaConfig(text_config=Gemma2Config({SMALL}, head_dim=64).to_dict(), vision_config=dict(hidden_size=64, "
+        "intermediate_size=128, num_hidden_layers=1, num_attention_heads=2, image_size=224, patch_size=14), projection_dim=256)",
+        "PaliGemmaForConditionalGeneration",
+        "hidden_act",
+    ),
+}
+SAVE_CONFIGS = """
+import json, os, re, sys, transformers
+for name, (expr, arch, _) in json.loads(sys.argv[1]).items():
+    config = eval(expr, {c: getattr(transformers, c) for c in re.findall(r"\\w+Config", expr)})
+    config.architectures = [arch]
+    config.save_pretrained(os.path.join(sys.argv[2], name))
+"""
 LLAMA_REFUSAL = "ValueError: Unsupported activation: gelu. Only silu is supported for now. (vllm/model_executor/models/llama.py:"
 GEMMA2_REFUSAL = "ValueError: Gemma2 uses `gelu_pytorch_tanh` as the hidden activation function."
 GEMMA2_BACKPORT_REFUSAL = (
@@ -107,10 +144,25 @@ def zoo(tmp_path_factory) -> Path:
     return base
 
 
-def doctor_all(folder: Path, card: str, env_extra: Dict[str, str]) -> dict:
-    """`python3 -m common doctor FOLDER --card CARD --json` as a user runs it; rows by (model, card)."""
+@pytest.fixture(scope="module")
+def r13_zoo(tmp_path_factory) -> Path:
+    """A Gemma 2 saved by transformers 5 (its tokenizer too), and R13_CONFIGS' config.json alone."""
+    base = tmp_path_factory.mktemp("r13")
+    build("v5", "generic", base / "gemma2-v5", "--no-weights", "--model-type", "gemma2", "--set", "tie_word_embeddings=true")
+    (base / "gemma2-v5.author.json").unlink()
+    python = ROOT / ".venv-author" / "bin" / "python"
+    code = [str(python), "-c", SAVE_CONFIGS, json.dumps(R13_CONFIGS), str(base)]
+    subprocess.run(code, check=True, capture_output=True, timeout=300, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    return base
+
+
+def doctor_all(folder: Path, card: str, env_extra: Dict[str, str], skip: str = "") -> dict:
+    """`python3 -m common doctor FOLDER --card CARD --json` as a user runs it (COMPAT_SKIP=skip);
+    rows by (model, card)."""
     env = dict(os.environ, **env_extra)
     env.pop("COMPAT_SKIP", None)
+    if skip:
+        env["COMPAT_SKIP"] = skip
     before = tree_digest(str(folder))
     started = time.monotonic()
     proc = subprocess.run(
@@ -180,3 +232,21 @@ def test_nv_a100_and_its_next_engine_refuse_what_their_model_code_refuses(zoo):
     # vLLM 0.11.0 has no Gemma 4 (R10 says so before any build); 0.32.0 builds its MoE block itself.
     assert by["gemma4-moe", "nv-a100"]["failing"] == ["R10"] and not mb(by["gemma4-moe", "nv-a100"])
     assert by["gemma4-moe", "nv-a100@next"]["verdict"] == "starts", by["gemma4-moe", "nv-a100@next"]
+
+
+@pytest.mark.skipif(not ENGINE_0110.available(), reason=ENGINE_0110.missing_reason)
+def test_vllm_011_builds_what_r13_states_and_refuses_it_without(r13_zoo):
+    """nv-a100's engine alone (its next variant left unasked): each model is refused naming the
+    name R13 states when R13 is skipped, and built with R13's repair; the Gemma 2 starts."""
+    env = {"COMPAT_ENGINE_PYTHON": str(ENGINE_0110.python), "COMPAT_ENGINE_PYTHON_NEXT": str(ROOT / "nonexistent" / "python")}
+    without = doctor_all(r13_zoo, "nv-a100", env, skip="R13")["by"]
+    repaired = doctor_all(r13_zoo, "nv-a100", env)["by"]
+    names = dict({name: read for name, (_, _, read) in R13_CONFIGS.items()}, **{"gemma2-v5": "hidden_act"})
+    for name, read in names.items():
+        row = without[name, "nv-a100"]
+        assert row["verdict"] == "fails" and "MB" in row["failing"], row
+        # (LFM2's is its config check: the engine sizes its conv state from conv_dim before the build.)
+        assert f"object has no attribute '{read}'" in mb(row) and mb(row).startswith("vLLM 0.11.0's "), row
+        row = repaired[name, "nv-a100"]
+        assert "R13" in row["repairs"] and not mb(row) and "MB" not in row["failing"], row
+    assert repaired["gemma2-v5", "nv-a100"]["verdict"] == "starts", repaired["gemma2-v5", "nv-a100"]
