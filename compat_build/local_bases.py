@@ -28,11 +28,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from . import cache
 from . import manifest as manifest_mod
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:
-    import tomli as tomllib
+from . import toml_files
 
 ROOT = manifest_mod.ROOT
 SPEC_DIR = os.path.join(ROOT, "envs", "bases")
@@ -75,8 +71,7 @@ def cache_dir() -> str:
 
 
 def load_spec(path: str = SPEC) -> Tuple[Dict, Dict[str, Base]]:
-    with open(path, "rb") as fh:
-        data = tomllib.load(fh)
+    data = toml_files.load(path)
     rootfs = data.get("rootfs") or {}
     for key in ("suite", "mirror", "packages"):
         if key not in rootfs:

@@ -5,16 +5,12 @@ Standard library only: the release workflow's matrix job runs this on a bare run
 """
 
 import os
-import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # build tooling may run on 3.10 where the runner has tomli (envs/release/requirements.txt)
-    import tomli as tomllib
-
 from common.codes import BUILD, BUILD_CHECK, BUILD_PATCH
+
+from . import toml_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MANIFEST = os.path.join(ROOT, "build_matrix.toml")
@@ -114,13 +110,12 @@ class Manifest:
 
 def _read_toml(path: str) -> Dict[str, Any]:
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
+        return toml_files.load(path)
     except FileNotFoundError:
         raise ManifestError(f"{os.path.relpath(path, ROOT)}: missing") from None
     except OSError as exc:
         raise ManifestError(f"{path}: cannot be read ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
+    except toml_files.TOMLDecodeError as exc:
         raise ManifestError(f"{os.path.relpath(path, ROOT)}: not valid TOML ({exc})") from None
 
 

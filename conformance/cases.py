@@ -17,10 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+from compat_build import toml_files
 
 from common.engine.engines import checkout_venv, make_target
 from common.engine.profile import load_profile
@@ -100,8 +97,7 @@ PLATFORM_ARGS = ("--dtype", "float32", "--max-model-len", "256")
 
 def load_cases(path: Path = CASES) -> List[Dict[str, Any]]:
     """Every case with its shape merged in as `shape` (a dict); names are unique."""
-    with open(path, "rb") as fh:
-        data = tomllib.load(fh)
+    data = toml_files.load(path)
     shapes = data.get("shapes", {})
     cases = []
     seen = set()
@@ -118,8 +114,7 @@ def load_cases(path: Path = CASES) -> List[Dict[str, Any]]:
 def tensor_parallel(path: Path = CASES) -> Dict[str, Dict[int, Tuple[str, ...]]]:
     """Engine generation -> tensor-parallel size above 1 -> the cases that run there too
     (cases.toml's [tensor_parallel]); every name must be a case's."""
-    with open(path, "rb") as fh:
-        data = tomllib.load(fh)
+    data = toml_files.load(path)
     names = {c["name"] for c in data["case"]}
     out: Dict[str, Dict[int, Tuple[str, ...]]] = {}
     for vllm, sizes in data.get("tensor_parallel", {}).items():

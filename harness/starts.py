@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import os
-import sys
 from pathlib import Path
 from typing import Counter, Dict, Iterable, List, Tuple
 
@@ -64,12 +63,9 @@ def host_problems(starts: Iterable[Tuple[str, str]], workers: int, engines: int)
 
 
 def load_budget(path: Path = BUDGET_FILE) -> Dict[str, int]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # the engine 0.5.5 venv's Python 3.10 never reads it, but stays importable
-        import tomli as tomllib
-    with open(path, "rb") as fh:
-        data = tomllib.load(fh)
+    from compat_build import toml_files
+
+    data = toml_files.load(path)
     return {str(module): int(count) for module, count in data["modules"].items()}
 
 

@@ -12,7 +12,7 @@ needs the whole source tree: `fetch_upstream.py --archive NAME` makes sure the a
 NAME is there, checked against its sha256, and prints its path (envs/engine055/install.sh builds
 vLLM 0.5.5 from it). sources.toml stays the one place that names the archive and its sha256.
 
-Runs on Python 3.10 as well (the BI-100 engine venv calls it): tomllib, else pip's own tomli.
+Runs on Python 3.10 as well (the BI-100 engine venv calls it): compat_build/toml_files.py reads its TOML.
 """
 
 import argparse
@@ -33,12 +33,11 @@ import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: every venv has pip, and pip vendors the same parser
-    from pip._vendor import tomli as tomllib
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script, by the engine venvs' install scripts too
+
+from compat_build import toml_files  # noqa: E402  (tomllib, or on Python 3.10 pip's own tomli)
+
 SOURCES = ROOT / "envs" / "upstream" / "sources.toml"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "enginex-compat" / "upstream"
 ARCHIVES = CACHE.parent / "upstream-archives"
@@ -237,8 +236,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--archive", metavar="NAME", help="only make sure entry NAME's verified archive is cached and print its path")
     opts = parser.parse_args()
-    with open(SOURCES, "rb") as fh:
-        sources = tomllib.load(fh)
+    sources = toml_files.load(SOURCES)
     try:
         if opts.archive:
             if opts.archive not in sources:
