@@ -35,7 +35,7 @@ from tests.engine_env import COMMON_ENV
 
 from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, load_cases, tensor_parallel, tp_args, tp_sizes
 from .fingerprint import doctor_fingerprint, fingerprint
-from .models import ensure, model_dir, record
+from .models import CACHE, ensure, model_dir, record
 
 LAUNCHER_PREFIX = PREFIX.encode()
 
@@ -170,7 +170,8 @@ def _engine_lines(log: Path) -> bytes:
 
 
 LOG_PREFIX = re.compile(r"\((?:\w+) pid=\d+\)\s*|(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\]\s*")
-PATHS = re.compile(r"/\S*?site-packages/|" + re.escape(str(ROOT)) + "/")
+# An engine that names the model's directory names it in the saved models' cache.
+PATHS = re.compile(r"/\S*?site-packages/|" + re.escape(str(ROOT)) + "/|" + re.escape(str(CACHE)) + "/")
 
 
 def quoted(line: Optional[str]) -> Optional[str]:
