@@ -201,6 +201,14 @@ class Backport(Rule):
             # would replay the slots of the batch it was captured with.
             repair.args = ["--enforce-eager"]
             repair.detail += "; it keeps each sequence's recurrent state itself (started with --enforce-eager: no CUDA graphs)"
+        if backport.heads and not backport.widest_heads:
+            # Each layer attends at its own head size (a V1 engine's KV cache is per layer): the
+            # card's kernels must take every one of them (H1), and each layer's cache is its own (KV).
+            try:
+                heads = layer_heads(text)
+            except (TypeError, ValueError):
+                heads = []  # the backport refuses the config itself
+            ctx.layer_heads = heads if all(integer(s, 1) and integer(k, 1) for s, k in heads) else []
         if backport.one_cache_group and switch_arg(ctx.user, "--disable-hybrid-kv-cache-manager") is None:
             mixed = mixed_page_sizes(text, int_arg(ctx.user, "--tensor-parallel-size") or 1)
             if mixed and profile.accepts("disable_hybrid_kv_cache_manager"):
@@ -208,6 +216,7 @@ class Backport(Rule):
                 # page size only (Backport.one_cache_group).
                 repair.args = repair.args + ["--disable-hybrid-kv-cache-manager"]
                 repair.detail += f"; its windowed and full layers' KV caches differ in page size ({mixed}): one KV cache group"
+                ctx.whole_windows = True
         if backport.widest_heads:
             try:
                 heads = widest_head_edits(text)

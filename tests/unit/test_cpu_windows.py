@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from common.tests.helpers import ROOT
 
 UPSTREAM = ROOT / ".upstream" / "vllm-0_11_0" / "vllm"
 FILES = ("engine/arg_utils.py", "platforms/cpu.py", "v1/attention/backends/cpu_attn.py")

@@ -77,12 +77,13 @@ class Gemma4Attention(nn.Module):
         self.o_proj = RowParallelLinear(
             heads * head_dim, config.hidden_size, bias=bias, quant_config=quant_config, prefix=f"{prefix}.o_proj"
         )
+        self.reuses = kv_producers(config)[index] is not None
         self.q_norm = RMSNorm(head_dim, eps=config.rms_norm_eps)
-        self.k_norm = RMSNorm(head_dim, eps=config.rms_norm_eps)
+        if not self.reuses:  # (the checkpoint holds no key norm for a layer that computes no keys)
+            self.k_norm = RMSNorm(head_dim, eps=config.rms_norm_eps)
         self.eps, self.kind = config.rms_norm_eps, config.layer_types[index]
         self.rotary_emb = make_rotary(config, config.rope_parameters[self.kind], head_dim)
         self.k_is_v = bool(getattr(config, "attention_k_eq_v", False)) and self.kind != SLIDING
-        self.reuses = kv_producers(config)[index] is not None
         # Unscaled (scaling 1.0): the q/k norms' weights carry the scale.
         self.attn = (
             None
