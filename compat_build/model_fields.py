@@ -33,6 +33,7 @@ BACKPORTS = ROOT / "common" / "vllm_plugin" / "compat_backports"
 # The engine generations and the venv each is read from (conformance/cases.py runs the same).
 ENGINE_VENVS = {"0.5.5": ".venv-engine055", "0.11.0": ".venv-engine", "0.32.0": ".venv-engine-next"}
 AUTHOR_VENV = ".venv-author"
+MODELS_PACKAGE = "vllm.model_executor.models"
 # Sibling modules of the models package that hold no model code of their own (wrappers that turn
 # any model into a pooling one, interfaces, helpers, the registry, vision towers).
 GENERIC_SIBLINGS = frozenset(("adapters", "interfaces", "interfaces_base", "utils", "registry", "__init__", "module_mapping", "vision"))
@@ -158,6 +159,26 @@ def module_fields(directory: Path, module: str, package: str, seen: Optional[Set
     return found
 
 
+def engine_models_imported(directory: Path, module: str, package: str, engine_package: str) -> Set[str]:
+    """The engine's model modules (`engine_package`.X) that `module` of `directory` and the sibling
+    modules it imports build on: a V1 backport made of the engine's own classes (Ministral 3's on
+    its Llama) reads what they read."""
+    found: Set[str] = set()
+    todo, seen = [module], set()
+    while todo:
+        name = todo.pop()
+        path = directory / f"{name}.py"
+        if name in seen or not path.is_file():
+            continue
+        seen.add(name)
+        source = path.read_text(encoding="utf-8", errors="replace")
+        todo.extend(_module(path, package, name.rpartition("/")[0])[1])
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(engine_package + "."):
+                found.add(node.module[len(engine_package) + 1 :].replace(".", "/"))  # type: ignore[index]
+    return found
+
+
 def registry(models: Path) -> Dict[str, str]:
     """architecture -> module of vLLM's model registry (0.5.5's models/__init__.py, later
     registry.py): the dicts of `"Arch": ("module", "Class")`."""
@@ -227,7 +248,7 @@ def engine_fields(engine: Path, architectures: Iterable[str]) -> Dict[str, Set[s
     for arch in architectures:
         module = table.get(arch)
         if module:
-            out[arch] = module_fields(models, module, "vllm.model_executor.models")
+            out[arch] = module_fields(models, module, MODELS_PACKAGE)
     return out
 
 
@@ -255,6 +276,9 @@ def generate(root: Path = ROOT) -> Dict[str, Dict[str, List[str]]]:
             fields = set(engine.get(arch, set())) | author.get(arch, set())
             if arch in fitting:  # the backport's reads count where R10 registers it, over the engine's class too
                 fields |= module_fields(BACKPORTS, fitting[arch], "common.vllm_plugin.compat_backports")
+                models = site / "vllm" / "model_executor" / "models"
+                for used in engine_models_imported(BACKPORTS, fitting[arch], "common.vllm_plugin.compat_backports", MODELS_PACKAGE):
+                    fields |= module_fields(models, used, MODELS_PACKAGE)
             if fields:
                 table[arch] = sorted(fields)
         out[vllm] = table

@@ -855,6 +855,17 @@ LAYER_API = (
     "config.py:ModelConfig.get_layers_block_type",
     "model_executor/models/interfaces.py:has_inner_state",
     "worker/cpu_model_runner.py:CPUModelRunner.prepare_model_input",
+    # The V1 engine's model API (vLLM 0.11), where its layers moved or are new.
+    "model_executor/model_loader/utils.py:initialize_model",
+    "model_executor/models/registry.py:_ModelRegistry.register_model",
+    "model_executor/layers/rotary_embedding/__init__.py:get_rope",
+    "model_executor/layers/rotary_embedding/base.py:RotaryEmbedding",
+    "model_executor/layers/rotary_embedding/base.py:RotaryEmbedding._compute_inv_freq",
+    "model_executor/layers/rotary_embedding/yarn_scaling_rope.py:YaRNScalingRotaryEmbedding",
+    "model_executor/models/utils.py:extract_layer_index",
+    "model_executor/models/utils.py:maybe_prefix",
+    "model_executor/models/gemma3.py:Gemma3MLP",
+    "model_executor/models/llama.py:LlamaDecoderLayer",
 )
 
 

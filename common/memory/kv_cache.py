@@ -62,6 +62,9 @@ class Layout:
 
     def __init__(self, kinds: List[str], spans: List[int], kv_heads: int, head_size: int) -> None:
         self.kinds, self.spans, self.kv_heads, self.head_size = kinds, spans, kv_heads, head_size
+        # Each layer's (head size, KV heads) where the engine keeps a KV cache of its own shape
+        # per layer (a V1 backport's layers of several head sizes); empty: one shape for all.
+        self.per_layer: List[Tuple[int, int]] = []
         self.latent: Optional[int] = None
         self.state: Tuple[int, int, Optional[int]] = (0, 0, None)
         self.notes: List[str] = []
@@ -74,13 +77,16 @@ class Layout:
         """Bytes one token takes in the layers [start, end) that cache every token (full,
         window, chunked) on one tensor-parallel rank: what a whole sequence costs per token
         where windows are not kept apart."""
-        count = sum(1 for k in self.kinds[start:end] if k in ("full", "window", "chunked"))
-        return count * self.layer_token_bytes(tp, kv_bytes, kv_dtype)
+        end = self.layers if end is None else end
+        cached = (i for i in range(start, end) if self.kinds[i] in ("full", "window", "chunked"))
+        return sum(self.layer_token_bytes(tp, kv_bytes, kv_dtype, i) for i in cached)
 
-    def layer_token_bytes(self, tp: int, kv_bytes: int, kv_dtype: str = "auto") -> int:
+    def layer_token_bytes(self, tp: int, kv_bytes: int, kv_dtype: str = "auto", layer: Optional[int] = None) -> int:
+        """Bytes one token takes in one layer on one rank (`layer`: which, where layers differ)."""
         if self.latent is not None:
             return FP8_DS_MLA_TOKEN_BYTES if kv_dtype == FP8_DS_MLA else self.latent * kv_bytes
-        return 2 * max(1, self.kv_heads // tp) * self.head_size * kv_bytes
+        head, kv = self.per_layer[layer] if self.per_layer and layer is not None else (self.head_size, self.kv_heads)
+        return 2 * max(1, kv // tp) * head * kv_bytes
 
     def state_bytes(self, tp: int, kv_bytes: int) -> int:
         split, whole, size = self.state
@@ -88,10 +94,16 @@ class Layout:
 
 
 def layout(
-    config: Dict[str, Any], facts: Mapping[str, Any], disable_window: bool = False, env: Optional[Mapping[str, str]] = None
+    config: Dict[str, Any],
+    facts: Mapping[str, Any],
+    disable_window: bool = False,
+    env: Optional[Mapping[str, str]] = None,
+    per_layer: Optional[List[Tuple[int, int]]] = None,
 ) -> Optional[Layout]:
     """The model's KV layout on an engine with memory facts `facts`; None when the config
-    states no layers or heads."""
+    states no layers or heads. `disable_window`: every windowed layer keeps every token
+    (--disable-sliding-window; the V1 engine's hybrid KV cache manager off); `per_layer`: each
+    layer's (head size, KV heads) where the engine keeps each layer's cache at its own."""
     _, cfg = attention_config(config)
     model_type = str(cfg.get("model_type") or config.get("model_type") or "")
     layers = _first(cfg, LAYER_KEYS)
@@ -100,13 +112,16 @@ def layout(
         return None
     kinds, spans = layer_kinds(cfg, model_type, layers)
     if not facts.get("window_layers") or disable_window:
-        # 0.5.5 keeps every token of a windowed layer; --disable-sliding-window drops windows.
+        # 0.5.5 keeps every token of a windowed layer; --disable-sliding-window drops windows; the
+        # V1 engine without its hybrid manager keeps every token and attends over the window.
         kinds = ["full" if k in ("window", "chunked") else k for k in kinds]
     if not facts.get("linear_state") and any(k == "linear" for k in kinds):
         kinds = ["none" if k == "linear" else k for k in kinds]
     padded = (facts.get("padded_head_sizes") or {}).get(model_type)
     head = detect_head_size(config).value
     result = Layout(kinds, spans, total_kv_heads(cfg, model_type, heads), padded or head or 0)
+    if per_layer and len(per_layer) == len(kinds):
+        result.per_layer = list(per_layer)
     mla = facts.get("mla_latent") and model_type in (facts.get("mla_model_types") or ()) and positive_int(cfg.get("kv_lora_rank"))
     if mla and (env or {}).get("VLLM_MLA_DISABLE", "").strip() not in ("1", "true", "True"):
         result.latent = int(cfg["kv_lora_rank"]) + (positive_int(cfg.get("qk_rope_head_dim")) or 0)
@@ -234,13 +249,13 @@ class Budget:
     def needed(self, length: int, stage: Tuple[int, int]) -> int:
         start, end = stage
         lay = self.lay
-        per_layer = lay.layer_token_bytes(self.tp, self.kv_bytes, self.kv_dtype)
-        page = self.block * per_layer
         if self.check == "blocks":
+            page = self.block * lay.layer_token_bytes(self.tp, self.kv_bytes, self.kv_dtype)
             return cdiv(length, self.block) * page * sum(1 for k in lay.kinds[start:end] if k != "none" and k != "linear")
         total = 0
         for i in range(start, end):
             kind, span = lay.kinds[i], lay.spans[i]
+            page = self.block * lay.layer_token_bytes(self.tp, self.kv_bytes, self.kv_dtype, i)
             if kind == "full":
                 total += cdiv(length, self.block) * page
             elif kind == "window":

@@ -29,7 +29,7 @@ from .weight_bytes import model_dtype_bytes, read_weights
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Mapping, Optional
+    from typing import Any, Dict, List, Mapping, Optional, Tuple
 
     from ..engine.profile import Profile
     from ..engine.vllm_args import UserArgs
@@ -181,9 +181,13 @@ def assess(
     env: Mapping[str, str],
     device: Optional[Device] = None,
     config_edits: Optional[Mapping[str, Any]] = None,
+    per_layer: Optional[List[Tuple[int, int]]] = None,
+    whole_windows: bool = False,
 ) -> Assessment:
     """Whether the model fits `device` (default: the card's) as the platform starts it;
-    `config_edits`: what the repairs change in the config the engine reads (its head size)."""
+    `config_edits`: what the repairs change in the config the engine reads (its head size);
+    `per_layer`, `whole_windows`: what they change in how the engine keeps each layer's KV cache
+    (each layer's head size and KV heads, every token of windowed layers: R10's V1 backports)."""
     from ..model.context_length import derived_length
 
     out = Assessment()
@@ -205,7 +209,7 @@ def assess(
         if out.weights is None:
             out.reason = f"no weight files (metadata only), and no estimate from config.json: {why}"
             return out
-    out.lay = layout(config, facts, req.disable_window, env)
+    out.lay = layout(config, facts, req.disable_window or whole_windows, env, per_layer)
     rules = profile.max_model_len
     derived = derived_length(config, rules, req.disable_window)[0] if rules else None
     out.derived = int(derived) if derived else None

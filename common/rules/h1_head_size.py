@@ -78,6 +78,14 @@ class HeadSize(Rule):
             outcome.findings.append(self.finding("warning", f"head size unknown ({head.problem}); the card's kernels cannot be checked"))
             return outcome
         profile = ctx.profile
+        own = sorted({s for s, _ in ctx.layer_heads})
+        if own and profile.head_sizes:
+            # Layers attending at sizes of their own (R10 says which): the widest the kernels lack
+            # is the one judged; the others are served as the config's one would be.
+            outside = [s for s in own if s not in profile.head_sizes]
+            if outside:
+                size = max(outside)
+                head.source = f"a layer's own, of {own}"
         backend = ctx.env.get("VLLM_ATTENTION_BACKEND", "").strip()
         if profile.head_size_policy == "flex-fallback":
             if backend and forced_backend_accepts(backend, size) is False:

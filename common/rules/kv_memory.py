@@ -53,7 +53,15 @@ class KvMemory(Rule):
             return outcome
         from ..memory.memory_fit import assess
 
-        result = assess(ctx.model, ctx.profile, ctx.user, ctx.env, config_edits=ctx.config_edits)
+        result = assess(
+            ctx.model,
+            ctx.profile,
+            ctx.user,
+            ctx.env,
+            config_edits=ctx.config_edits,
+            per_layer=ctx.layer_heads,
+            whole_windows=ctx.whole_windows,
+        )
         data = result.to_json()
         ctx.facts["memory"] = data  # doctor reports it as `memory`
         if result.fits is None or result.judged is None:

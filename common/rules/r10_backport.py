@@ -15,7 +15,12 @@ an error: the model needs a newer engine. A family whose layers carry their own 
 reads: vLLM 0.5.5 applies one window to every layer unless told so, and the backport hands each
 windowed layer its own. A family whose layers differ in head size (Gemma 4's wider full-attention
 heads) gets the widest as `head_dim`, each layer's own in `per_layer_config`: vLLM 0.5.5 sizes
-every layer's KV cache by the one head_dim, and the backport pads the narrower heads to it.
+every layer's KV cache by the one head_dim, and the backport pads the narrower heads to it. The
+V1 engine (vLLM 0.11) needs neither: each layer hands its window and head size to the engine's
+Attention, whose KV cache is kept per layer; but its hybrid KV cache manager refuses windowed and
+full layers whose KV pages differ in size (Gemma 4's wider full-attention heads), so such a model
+starts with --disable-hybrid-kv-cache-manager (one cache group; the windowed layers keep every
+token, still attending over their window).
 Some backports replace a class the engine has, for the configurations it computes differently (the
 table's `replaces`): a sliding window shorter than the context the engine serves, a rotary over a
 fraction of each head, or any (a class the engine cannot build). vLLM 0.5.5 reads a window over
@@ -33,7 +38,7 @@ from __future__ import annotations
 from ..model.headsize import attention_config
 from ..model.json_numbers import integer
 from ..vllm_plugin.compat_backports import BACKPORTS, ENV, fitting, replacing, written_for
-from ..vllm_plugin.compat_backports.layers.heads import widest_head_edits
+from ..vllm_plugin.compat_backports.layers.heads import layer_heads, widest_head_edits
 from ..engine.vllm_args import int_arg, switch_arg
 from ..vllm_plugin.compat_plugin import PLUGIN_NAME
 from .support.base import Context, Outcome, Rule
@@ -172,7 +177,7 @@ class Backport(Rule):
             detail = f"{arch} is not registered in {engine}; {PLUGIN_NAME} registers the image's backport (compat_backports.{backport.module}) before the model loads"
         repair = plugin_repair(self.code, self.title, detail, ENV, backport.key)
         key, text = attention_config(config)
-        if backport.windows and (windowed(text) or "sliding_window" not in text):
+        if backport.engine_window_off and (windowed(text) or "sliding_window" not in text):
             # Each layer carries its own window (compat_backports/layers/windows.py); the engine-wide one,
             # which would window the global layers and recycle their blocks, is switched off with
             # the engine's own switch (vLLM 0.5.5 reads `use_sliding_window` on the text config, as
@@ -196,7 +201,23 @@ class Backport(Rule):
             # would replay the slots of the batch it was captured with.
             repair.args = ["--enforce-eager"]
             repair.detail += "; it keeps each sequence's recurrent state itself (started with --enforce-eager: no CUDA graphs)"
-        if backport.heads:
+        if backport.heads and not backport.widest_heads:
+            # Each layer attends at its own head size (a V1 engine's KV cache is per layer): the
+            # card's kernels must take every one of them (H1), and each layer's cache is its own (KV).
+            try:
+                heads = layer_heads(text)
+            except (TypeError, ValueError):
+                heads = []  # the backport refuses the config itself
+            ctx.layer_heads = heads if all(integer(s, 1) and integer(k, 1) for s, k in heads) else []
+        if backport.one_cache_group and switch_arg(ctx.user, "--disable-hybrid-kv-cache-manager") is None:
+            mixed = mixed_page_sizes(text, int_arg(ctx.user, "--tensor-parallel-size") or 1)
+            if mixed and profile.accepts("disable_hybrid_kv_cache_manager"):
+                # The V1 engine's hybrid KV cache manager takes windowed and full layers of one
+                # page size only (Backport.one_cache_group).
+                repair.args = repair.args + ["--disable-hybrid-kv-cache-manager"]
+                repair.detail += f"; its windowed and full layers' KV caches differ in page size ({mixed}): one KV cache group"
+                ctx.whole_windows = True
+        if backport.widest_heads:
             try:
                 heads = widest_head_edits(text)
             except (TypeError, ValueError) as e:
@@ -215,6 +236,28 @@ class Backport(Rule):
         repair.engine_check = {"kind": "layer_api", "requires": {k: list(v) for k, v in backport.requires.items()}}
         outcome.repairs.append(repair)
         return outcome
+
+
+def mixed_page_sizes(text: dict, tp: int) -> str:
+    """Where the config's windowed and full layers hold KV caches of different page sizes on one
+    of `tp` ranks (each layer's KV heads split over the ranks, at least one each, times its head
+    size), the sizes in words; "" where the layers are of one kind or one page size, or their
+    heads are not readable (the backport then refuses the config itself)."""
+    try:
+        heads = layer_heads(text)
+    except (TypeError, ValueError):
+        return ""
+    types = text.get("layer_types")
+    if not windowed(text) or not isinstance(types, list) or len(types) != len(heads):
+        return ""
+    pages = {}
+    for kind, (size, kv) in zip(types, heads, strict=True):
+        if not (integer(size) and integer(kv)):
+            return ""
+        pages.setdefault(kind, set()).add(max(1, kv // tp) * size)
+    if len(pages) < 2 or len(set().union(*pages.values())) < 2:
+        return ""
+    return "; ".join(f"{kind} {sorted(sizes)}" for kind, sizes in sorted(pages.items())) + " KV heads x head size a rank"
 
 
 def state_refusals(ctx: Context, text: dict) -> str:

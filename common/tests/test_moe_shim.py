@@ -106,6 +106,25 @@ def test_the_grouped_core_gates_with_the_activation_it_is_given():
     assert not torch.allclose(layers.experts_grouped(x, weights, experts, w13, w2), want, atol=1e-3)
 
 
+def test_gemma4s_experts_under_capture_take_the_static_path_with_their_activation():
+    """The V1 engine captures full decode graphs of any model (vLLM 0.11 wraps it unless eager):
+    Gemma 4's gated experts then take the static path, which gives the grouped path's result with
+    the same activation and never reads the host."""
+    _, w13, w2 = reference_block(top_k=2)
+    x = torch.randn(16, 64)
+    experts = torch.stack([torch.randperm(8)[:2] for _ in range(16)])
+    weights = torch.rand(16, 2) * 2
+    gelu = lambda t: torch.nn.functional.gelu(t, approximate="tanh")  # noqa: E731
+    want = layers.experts_grouped(x, weights, experts, w13, w2, gelu)
+    with torch.no_grad(), NoHostSync():
+        got = layers.experts_static(x, weights, experts, w13, w2, gelu)
+    torch.testing.assert_close(got, want, **TOL[torch.float32])
+    assert layers.experts_routed(x, weights, experts, w13, w2, gelu) is not None  # a CPU tensor: the grouped path
+    with torch.no_grad(), mock.patch.object(layers, "static_moe_required", return_value=True), NoHostSync():
+        routed = layers.experts_routed(x, weights, experts, w13, w2, gelu)
+    torch.testing.assert_close(routed, want, **TOL[torch.float32])
+
+
 class FusedExperts(torch.nn.Module):
     """vLLM's FusedMoE layout: w13_weight [E, 2I, H], w2_weight [E, H, I]."""
 

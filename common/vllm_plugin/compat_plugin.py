@@ -130,8 +130,9 @@ def register_backports(env: Dict[str, str]) -> None:
             continue
         _REGISTERED.add(name)
         _log().info("%s: registered the backport of %s (compat_backports.%s)", PLUGIN_NAME, name, backport.module)
-        if backport.windows:
-            # Its windowed layers are served right only by a backend that honours each one's window.
+        if backport.cpu_windows:
+            # Its windowed layers are served right only by a backend that honours each one's
+            # window (vLLM 0.5.5's CPU build; the V1 engine's Attention takes each layer's own).
             cpu_windows.install(_log())
         if backport.recurrent:
             # Its per-sequence state is kept only where the model runner hands it its requests.

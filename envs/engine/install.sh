@@ -8,6 +8,9 @@
 # 5. Sliding windows on the CPU (cpu_windows.py says what and why): a harness patch of this
 #    stand-in of the cards' engine, never of the images' code; on the cards vLLM's attention
 #    backend (the vendor's on the K100) takes each layer's window itself.
+# 6. Attention groups on the CPU (cpu_attention_groups.py): the CPU model runner tells only the
+#    first attention group which requests are prompts; a model whose layers differ in head size
+#    (Gemma 4) has several. Also a harness patch, never in an image.
 set -euo pipefail
 spec=$(dirname "${BASH_SOURCE[0]}")
 "$PY" -m pip install -q torch==2.8.0
@@ -17,4 +20,5 @@ site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 mkdir -p "$site/vllm-0.11.0.dist-info"
 printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.11.0+cpu\n' > "$site/vllm-0.11.0.dist-info/METADATA"
 "$PY" "$spec/cpu_windows.py"
+"$PY" "$spec/cpu_attention_groups.py"
 "$PY" -c 'import vllm, torch; print("engine venv: vllm", vllm.__version__, "torch", torch.__version__)'

@@ -20,16 +20,21 @@ import sys
 from pathlib import Path
 
 EDITS = [
-    ("Caffe2/Caffe2Config.cmake",
-     "if(ON)\n  # The file public/cuda.cmake exclusively uses CAFFE2_USE_*.\n",
-     "if(OFF)  # enginex-compat: CPU-only build, no CUDA toolkit\n"
-     "  # The file public/cuda.cmake exclusively uses CAFFE2_USE_*.\n"),
-    ("Torch/TorchConfig.cmake",
-     "if(ON)\n  if(MSVC)\n    if(NOT NVTOOLEXT_HOME)\n",
-     "if(OFF)  # enginex-compat: CPU-only build, no CUDA libraries\n  if(MSVC)\n    if(NOT NVTOOLEXT_HOME)\n"),
-    ("Caffe2/Caffe2Targets.cmake",
-     'set_target_properties(torch PROPERTIES\n  INTERFACE_LINK_LIBRARIES "torch_cpu_library;torch_cuda_library"\n)\n',
-     'set_target_properties(torch PROPERTIES\n  INTERFACE_LINK_LIBRARIES "torch_cpu_library"\n)\n'),
+    (
+        "Caffe2/Caffe2Config.cmake",
+        "if(ON)\n  # The file public/cuda.cmake exclusively uses CAFFE2_USE_*.\n",
+        "if(OFF)  # enginex-compat: CPU-only build, no CUDA toolkit\n  # The file public/cuda.cmake exclusively uses CAFFE2_USE_*.\n",
+    ),
+    (
+        "Torch/TorchConfig.cmake",
+        "if(ON)\n  if(MSVC)\n    if(NOT NVTOOLEXT_HOME)\n",
+        "if(OFF)  # enginex-compat: CPU-only build, no CUDA libraries\n  if(MSVC)\n    if(NOT NVTOOLEXT_HOME)\n",
+    ),
+    (
+        "Caffe2/Caffe2Targets.cmake",
+        'set_target_properties(torch PROPERTIES\n  INTERFACE_LINK_LIBRARIES "torch_cpu_library;torch_cuda_library"\n)\n',
+        'set_target_properties(torch PROPERTIES\n  INTERFACE_LINK_LIBRARIES "torch_cpu_library"\n)\n',
+    ),
 ]
 
 
@@ -44,8 +49,10 @@ def main() -> int:
             print(f"torch cmake: {rel} already CPU-only")
             continue
         if text.count(old) != 1:
-            sys.exit(f"torch cmake: anchor not found exactly once in {path}; torch {torch.__version__} "
-                     f"is not the 2.4.0 this edit was written for:\n{old}")
+            sys.exit(
+                f"torch cmake: anchor not found exactly once in {path}; torch {torch.__version__} "
+                f"is not the 2.4.0 this edit was written for:\n{old}"
+            )
         path.write_text(text.replace(old, new))
         print(f"torch cmake: {rel} made CPU-only")
     return 0

@@ -12,10 +12,10 @@ author would have used, with one configuration value the engine's model code ref
                   on vLLM 0.5.5 R10 serves every Gemma 2 by the image's backport, whose MLP
                   refuses the activation itself ("unsupported activation 'gelu'");
   gemma4-bidirectional  a Gemma 4 whose attention is bidirectional over all tokens (transformers
-                  5): on vLLM 0.5.5 the image's own Gemma 4 backport refuses it ("... is not supported on this engine (not a causal LM)"),
+                  5): on vLLM 0.5.5 and 0.11 the image's own Gemma 4 backports refuse it ("... is not supported on this engine (not a causal LM)"),
                   after R12/R10 gave the engine its config class and backport;
 and the controls: `gemma4-moe`, a Gemma 4 with its MoE block (26B-A4B), which the image's Gemma 4
-backport builds on vLLM 0.5.5 (its tanh-GELU experts on the grouped path) and vLLM 0.32 has itself; `llama` (the committed 457-generic fixture, unchanged) starts on every engine
+backports build on vLLM 0.5.5 and 0.11 (its tanh-GELU experts on the grouped path) and vLLM 0.32 has itself; `llama` (the committed 457-generic fixture, unchanged) starts on every engine
 with no MB finding, and `llama-gelu-config-only` holds config.json alone (no tokenizer, no
 weights): the model build needs nothing else.
 R13's names (common/engine/config_names.json) are held to vLLM 0.11.0 itself: a Gemma 2 saved by
@@ -203,7 +203,7 @@ def test_bi100_refuses_what_vllm_055s_model_code_and_the_images_backport_refuse(
     # Gemma 4 reaches vLLM 0.5.5 through the image's config class and backport: it is their refusal.
     row = by["gemma4-bidirectional", "iluvatar-bi100"]
     assert {"R12", "R10"} <= set(row["repairs"]) and row["verdict"] == "fails" and row["failing"] == ["MB"], row
-    assert mb(row).startswith(GEMMA4_REFUSAL) and "compat_backports/gemma4.py:" in mb(row), row
+    assert mb(row).startswith(GEMMA4_REFUSAL) and "compat_backports/layers/gemma4.py:" in mb(row), row
     # Its MoE block is built by the backport (the grouped tanh-GELU experts), not refused.
     row = by["gemma4-moe", "iluvatar-bi100"]
     assert {"R12", "R10"} <= set(row["repairs"]) and row["verdict"] == "starts" and not mb(row), row
@@ -229,8 +229,13 @@ def test_nv_a100_and_its_next_engine_refuse_what_their_model_code_refuses(zoo):
         assert row["verdict"] == "fails" and "MB" in row["failing"] and GEMMA2_REFUSAL in mb(row), row
         clean = by["llama", card]
         assert clean["verdict"] == "starts" and not mb(clean), clean
-    # vLLM 0.11.0 has no Gemma 4 (R10 says so before any build); 0.32.0 builds its MoE block itself.
-    assert by["gemma4-moe", "nv-a100"]["failing"] == ["R10"] and not mb(by["gemma4-moe", "nv-a100"])
+    # vLLM 0.11.0 has no Gemma 4: the image's config class and its backport for the V1 engine
+    # build the MoE block (R12, R10) and refuse what that backport refuses; 0.32.0 builds it itself.
+    row = by["gemma4-moe", "nv-a100"]
+    assert {"R12", "R10"} <= set(row["repairs"]) and row["verdict"] == "starts" and not mb(row), row
+    row = by["gemma4-bidirectional", "nv-a100"]
+    assert row["verdict"] == "fails" and row["failing"] == ["MB"], row
+    assert mb(row).startswith(GEMMA4_REFUSAL.replace("0.5.5", "0.11.0")) and "compat_backports/layers/gemma4.py:" in mb(row), row
     assert by["gemma4-moe", "nv-a100@next"]["verdict"] == "starts", by["gemma4-moe", "nv-a100@next"]
 
 

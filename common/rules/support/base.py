@@ -30,6 +30,12 @@ class Context:
         # config.json edits an earlier rule makes that change what the engine sizes (R10's widest
         # head for layers of several head sizes): H1 and KV judge the config the engine reads.
         self.config_edits: Dict[str, Any] = {}
+        # How the engine keeps each layer's KV cache where a repair makes it differ from the
+        # config's one shape (R10's backports for the V1 engine, whose KV cache is per layer):
+        # each layer's (head size, KV heads), empty for the config's own; and whether windowed
+        # layers keep every token (the hybrid KV cache manager off). H1 and KV judge them.
+        self.layer_heads: List[Tuple[int, int]] = []
+        self.whole_windows = False
 
 
 class Outcome:

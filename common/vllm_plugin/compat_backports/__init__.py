@@ -77,12 +77,16 @@ EXPERTS_055: Dict[str, Tuple[str, ...]] = {
 }
 
 
+# The engine generations' model APIs, as R10's findings name them.
+MODEL_API_055 = "vLLM 0.5.5's model API"
+MODEL_API_V1 = "the V1 engine's model API (vLLM 0.11)"
+
+
 class Backport:
     """One backported class: the module of this package that defines it and the API it calls.
-    `windows`: its layers carry their own sliding windows (windows.py); the engine-wide window
-    must then be off, and R10 says so in the config the engine reads. `heads`: its layers have
-    head sizes of their own (heads.py); the engine's one head size must be the widest, and R10
-    writes it, with each layer's own, into the config the engine reads. `recurrent`: it keeps a
+    `windows`: its layers carry their own sliding windows (windows.py). `heads`: its layers have
+    head sizes of their own (heads.py). What the engine must be told of them depends on its
+    generation (the properties below). `recurrent`: it keeps a
     state per sequence (qwen3_5.py): the CPU runner is taught to hand it its requests
     (compat_patches/cpu_requests.py), and R10 starts it without CUDA graphs. `replaces`: the engine has
     the class and computes some configurations differently: trait -> what the engine does, in
@@ -104,6 +108,46 @@ class Backport:
         self.architecture, self.module, self.requires = architecture, module, dict(requires)
         self.windows, self.heads, self.recurrent, self.replaces = windows, heads, recurrent, dict(replaces or {})
         self.generation = ""  # the engine generation's model API it is written for: set by its table (GENERATIONS)
+
+    @property
+    def engine_window_off(self) -> bool:
+        """Whether R10 switches the engine-wide window off in the config the engine reads: vLLM
+        0.5.5 applies one window read from the config to every layer, and its block manager and
+        model runner cut every layer's context to it; the backport hands each windowed layer its
+        own (through the layer's cache config). The V1 engine keeps that window off by itself for
+        a model whose layers interleave windows (EngineArgs: is_interleaved) and takes each
+        layer's own in its Attention (per_layer_sliding_window): nothing to switch."""
+        return self.windows and self.generation == MODEL_API_055
+
+    @property
+    def cpu_windows(self) -> bool:
+        """Whether the plugin teaches the CPU build's attention per-layer windows
+        (compat_patches/cpu_windows.py, written for 0.5.5's torch_sdpa backend). The V1 engine's
+        CPU attention is the stand-in harness's matter (envs/engine), not the image's: on the
+        cards the engine's own backends take each layer's window."""
+        return self.windows and self.generation == MODEL_API_055
+
+    @property
+    def widest_heads(self) -> bool:
+        """Whether R10 writes the widest head and the most KV heads into the config the engine
+        reads, each layer's own into per_layer_config: vLLM 0.5.5 sizes every layer's KV cache by
+        one head_dim and one num_key_value_heads, and the backport pads the narrower layers to
+        them. The V1 engine takes a KV cache spec from each Attention, at the layer's own head
+        size and KV heads: nothing to write."""
+        return self.heads and self.generation == MODEL_API_055
+
+    @property
+    def one_cache_group(self) -> bool:
+        """Whether R10 turns the V1 engine's hybrid KV cache manager off for a model whose
+        windowed and full layers hold KV caches of different page sizes. That manager (the
+        default on a GPU) keeps the windowed layers' blocks apart from the full layers' to free
+        them as the window moves, and takes only layers whose pages are the same size: Gemma 4's
+        wider full-attention heads make it raise NotImplementedError at start (vLLM 0.11's
+        get_kv_cache_groups). Off (--disable-hybrid-kv-cache-manager), every layer is one group
+        with a page size of its own (UniformTypeKVCacheSpecs), as the CPU build always runs it:
+        the windowed layers keep every token's keys and values, and still attend over their
+        window only."""
+        return self.heads and self.windows and self.generation == MODEL_API_V1
 
     @property
     def key(self) -> str:
@@ -248,13 +292,92 @@ BACKPORTS_055: Dict[str, Backport] = {
 }
 
 
+# What Gemma 4's backport for the V1 engine calls (gemma4_v1.py, with the layers it shares with
+# 0.5.5's). The first entries are the generation's conventions: the loader builds a model as
+# `cls(vllm_config=, prefix=)` (initialize_model), attention takes no KV cache or metadata (the
+# forward context holds them, found by the layer's name: its `prefix`) and each layer its own
+# window (`per_layer_sliding_window`, which 0.5.5's Attention lacks), and the logits processor
+# takes no sampling metadata.
+GEMMA4_V1: Dict[str, Tuple[str, ...]] = {
+    "model_executor/model_loader/utils.py:initialize_model": ("vllm_config", "prefix"),
+    "attention/layer.py:Attention": (
+        "num_heads",
+        "head_size",
+        "scale",
+        "num_kv_heads",
+        "cache_config",
+        "quant_config",
+        "per_layer_sliding_window",
+        "prefix",
+    ),
+    "attention/layer.py:Attention.forward": ("query", "key", "value"),
+    "model_executor/layers/logits_processor.py:LogitsProcessor": ("vocab_size", "soft_cap"),
+    "model_executor/layers/logits_processor.py:LogitsProcessor.forward": ("lm_head", "hidden_states"),
+    "model_executor/models/registry.py:_ModelRegistry.register_model": ("model_arch", "model_cls"),
+    "model_executor/layers/linear.py:QKVParallelLinear": (
+        "hidden_size",
+        "head_size",
+        "total_num_heads",
+        "total_num_kv_heads",
+        "bias",
+        "quant_config",
+        "prefix",
+    ),
+    "model_executor/layers/linear.py:RowParallelLinear": ("input_size", "output_size", "bias", "quant_config", "prefix"),
+    "model_executor/layers/linear.py:ReplicatedLinear": ("input_size", "output_size", "bias", "quant_config", "prefix"),
+    "model_executor/layers/layernorm.py:RMSNorm": ("hidden_size", "eps"),
+    "model_executor/layers/rotary_embedding/__init__.py:get_rope": ("head_size", "rotary_dim", "max_position", "base"),
+    "model_executor/layers/rotary_embedding/base.py:RotaryEmbedding": (
+        "head_size",
+        "rotary_dim",
+        "max_position_embeddings",
+        "base",
+        "is_neox_style",
+        "dtype",
+    ),
+    "model_executor/layers/rotary_embedding/base.py:RotaryEmbedding._compute_inv_freq": ("base",),
+    "model_executor/layers/vocab_parallel_embedding.py:VocabParallelEmbedding": (
+        "num_embeddings",
+        "embedding_dim",
+        "quant_config",
+        "prefix",
+    ),
+    "model_executor/layers/vocab_parallel_embedding.py:ParallelLMHead": ("num_embeddings", "embedding_dim", "quant_config", "prefix"),
+    "model_executor/models/gemma3.py:Gemma3MLP": ("hidden_size", "intermediate_size", "hidden_activation", "quant_config", "prefix"),
+    "model_executor/models/utils.py:make_layers": ("num_hidden_layers", "layer_fn", "prefix"),
+    "model_executor/models/utils.py:extract_layer_index": ("layer_name",),
+    "model_executor/models/utils.py:maybe_prefix": ("prefix", "name"),
+    "model_executor/models/utils.py:is_pp_missing_parameter": ("name", "model"),
+    "distributed/communication_op.py:tensor_model_parallel_all_reduce": ("input_",),
+    "distributed/parallel_state.py:get_tensor_model_parallel_rank": (),
+}
+# What Ministral 3's (ministral3_v1.py) calls: the engine's Llama, built with its decoder layer
+# class and each layer with the config it reads its rope from; the yarn rotary taking attn_factor.
+MINISTRAL3_V1: Dict[str, Tuple[str, ...]] = {
+    "model_executor/model_loader/utils.py:initialize_model": ("vllm_config", "prefix"),
+    "model_executor/models/registry.py:_ModelRegistry.register_model": ("model_arch", "model_cls"),
+    "model_executor/models/llama.py:LlamaForCausalLM": ("vllm_config", "prefix", "layer_type"),
+    "model_executor/models/llama.py:LlamaDecoderLayer": ("vllm_config", "prefix", "config"),
+    "model_executor/layers/rotary_embedding/__init__.py:get_rope": ("head_size", "rotary_dim", "max_position", "base", "rope_scaling"),
+    "model_executor/layers/rotary_embedding/yarn_scaling_rope.py:YaRNScalingRotaryEmbedding": (
+        "scaling_factor",
+        "attn_factor",
+        "beta_fast",
+        "beta_slow",
+    ),
+}
+
 # The V1 engine's generation (vLLM 0.11: nv-a100, hygon-k100): architecture -> its backport.
-BACKPORTS_V1: Dict[str, Backport] = {}
+BACKPORTS_V1: Dict[str, Backport] = {
+    "Gemma4ForCausalLM": Backport("Gemma4ForCausalLM", "gemma4_v1", GEMMA4_V1, windows=True, heads=True),
+    "Gemma4ForConditionalGeneration": Backport("Gemma4ForConditionalGeneration", "gemma4_v1", GEMMA4_V1, windows=True, heads=True),
+    "Ministral3ForCausalLM": Backport("Ministral3ForCausalLM", "ministral3_v1", MINISTRAL3_V1),
+}
 
 # Each generation's table, oldest first, with the model API its backports are written for.
 GENERATIONS: Tuple[Tuple[str, Dict[str, Backport]], ...] = (
-    ("vLLM 0.5.5's model API", BACKPORTS_055),
-    ("the V1 engine's model API (vLLM 0.11)", BACKPORTS_V1),
+    (MODEL_API_055, BACKPORTS_055),
+    (MODEL_API_V1, BACKPORTS_V1),
 )
 for _generation, _table in GENERATIONS:
     for _backport in _table.values():

@@ -9,9 +9,8 @@ mscale/mscale_all_dim's ratio, which the engine's yarn rotary is handed as attn_
 query is scaled by its position after the rotary embedding. Its attention applies the config's
 `sliding_window` to every layer; vLLM 0.5.5 serves such a model-wide window wrong (the
 mistral-window conformance cell) and no published Ministral 3 has one, so a config with a window
-is refused. The rope parameters are the ones the engine's config holds: `rope_scaling`, as the
-image's config class (R12) and R5's flags state transformers 5's `rope_parameters` for an engine
-of transformers 4.
+is refused. The rope parameters are the ones the engine's config holds (yarn.rope_parameters).
+The V1 engine's backport is ministral3_v1.py.
 
 The wrapper builds only the text model: this engine has no Pixtral tower, so image requests are
 not served; the checkpoint's text tensors are renamed onto it and the vision tower's and
@@ -27,16 +26,7 @@ from vllm.model_executor.layers.quantization.base_config import QuantizationConf
 
 from .layers.decoder import DecoderAttention, DecoderForCausalLM, DecoderLayer, DecoderModel
 from .layers.text_of_vlm import ServedAsText, tied_by_wrapper
-from .layers.yarn import engine_rope_scaling, query_scale
-
-
-def rope_parameters(config) -> Dict[str, Any]:
-    """The rope parameters the engine holds for `config` (see the module's doc)."""
-    for key in ("rope_scaling", "rope_parameters"):
-        value = getattr(config, key, None)
-        if isinstance(value, dict) and value:
-            return value
-    return {}
+from .layers.yarn import engine_rope_scaling, query_scale, rope_parameters, scaled_queries
 
 
 class Ministral3Attention(DecoderAttention):
@@ -49,12 +39,7 @@ class Ministral3Attention(DecoderAttention):
 
     def rotate(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         q, k = super().rotate(positions, q, k)
-        if self.query_scale is None:
-            return q, k
-        beta, original = self.query_scale
-        # transformers' ops in its order (positions divided in float32), one factor per token.
-        scale = 1 + beta * torch.log(1 + torch.floor(positions.to(torch.float32) / original))
-        return q * scale.unsqueeze(-1).to(q.dtype), k
+        return (q, k) if self.query_scale is None else (scaled_queries(positions, q, *self.query_scale), k)
 
 
 class Ministral3Model(DecoderModel):

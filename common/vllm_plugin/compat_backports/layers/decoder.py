@@ -10,7 +10,8 @@ query and key through their own RMSNorm before the rotary embedding, an explicit
 hooks each class offers (DecoderAttention's options and methods; DecoderLayer.branch_out;
 DecoderModel's `layer_fn` and `embed`; DecoderForCausalLM's `model_cls`, `check_config`,
 `make_logits_processor`, `logits_scale`, `target`). Weight names are the checkpoint's;
-load_weights stacks q/k/v and gate/up as the engine's own models do. Imported only inside the
+load_weights stacks q/k/v and gate/up as the engine's own models do (loading.py, shared with the
+V1 engine's backports). Imported only inside the
 engine, by the family modules the compat plugin loads.
 """
 
@@ -29,19 +30,12 @@ from vllm.model_executor.layers.quantization.base_config import QuantizationConf
 from vllm.model_executor.layers.rotary_embedding import get_rope
 from vllm.model_executor.layers.sampler import Sampler
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
-from vllm.model_executor.model_loader.weight_utils import default_weight_loader
-from vllm.model_executor.models.utils import is_pp_missing_parameter, make_layers
+from vllm.model_executor.models.utils import make_layers
 from vllm.model_executor.sampling_metadata import SamplingMetadata
 from vllm.sequence import IntermediateTensors, SamplerOutput
 
-# (engine parameter, checkpoint name, shard) of the projections the engine stacks into one matrix.
-STACKED = (
-    ("qkv_proj", "q_proj", "q"),
-    ("qkv_proj", "k_proj", "k"),
-    ("qkv_proj", "v_proj", "v"),
-    ("gate_up_proj", "gate_proj", 0),
-    ("gate_up_proj", "up_proj", 1),
-)
+from .loading import load_checkpoint, stacked_target
+
 # A gated MLP's activation (transformers' name) -> the engine's fused act(gate) * up.
 ACTIVATIONS = {
     "silu": SiluAndMul,
@@ -314,27 +308,9 @@ class DecoderForCausalLM(nn.Module):
 
     @staticmethod
     def target(name: str) -> Tuple[str, object]:
-        """(engine parameter, shard) a checkpoint tensor loads into; shard None: a whole parameter.
-        An MoE expert is a GatedMLP too: `mlp.experts.3.gate_proj` stacks as the dense one does."""
-        for param_name, weight_name, shard in STACKED:
-            if weight_name in name:
-                return name.replace(weight_name, param_name), shard
-        return name, None
+        """(engine parameter, shard) a checkpoint tensor loads into (loading.py)."""
+        return stacked_target(name)
 
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
-        params = dict(self.named_parameters(remove_duplicate=False))
-        for name, loaded in weights:
-            if "rotary_emb.inv_freq" in name or (self.ties_embeddings and name.startswith("lm_head.")):
-                continue
-            name, shard = self.target(name)
-            if is_pp_missing_parameter(name, self):
-                continue  # a layer another pipeline rank holds
-            if name not in params:
-                if name.endswith(".bias"):
-                    continue  # GPTQ checkpoints carry biases the layers lack (the engine's qwen2.py skips them too)
-                raise KeyError(f"backport: checkpoint tensor {name} has no parameter in the model")
-            param = params[name]
-            if shard is None:
-                getattr(param, "weight_loader", default_weight_loader)(param, loaded)
-            else:
-                param.weight_loader(param, loaded, shard)
+        # Tied: the checkpoint's lm_head, where it has one, is the embeddings again.
+        load_checkpoint(self, weights, self.target, skip=lambda name: self.ties_embeddings and name.startswith("lm_head."))

@@ -1,13 +1,16 @@
 """Routed experts with an activation the engine's FusedMoE cannot compute, in plain torch.
 
 vLLM 0.5.5's FusedMoE (and the vendor kernels behind it on the card) computes SiLU-gated experts
-only; Gemma 4's are tanh-GELU-gated. `GatedExperts` holds the experts as transformers 5 stores them
+only, 0.11's SiLU or the exact GELU; Gemma 4's are tanh-GELU-gated. `GatedExperts` holds the experts as transformers 5 stores them
 (`experts.gate_up_proj` [experts, 2 x intermediate, hidden], each expert's gate rows then its up
 rows; `experts.down_proj` [experts, hidden, intermediate]), each rank the slice of the intermediate
 size tensor parallelism gives it, and runs them with the R7 shim's grouped path (tokens grouped by
 expert, each expert's two matmuls over its own tokens only: the dense-GEMM limit on a CPU, one
-implementation with R11's CPU path) under the family's activation; the ranks' partial sums are
-all-reduced as the engine's RowParallelLinear does.
+implementation with R11's CPU path) under the family's activation, and with its static path while
+a CUDA graph is captured (the grouped path reads the experts' token counts on the host, which a
+capture refuses: the V1 engine captures full decode graphs of any model unless it is eager); the
+ranks' partial sums are all-reduced as the engine's RowParallelLinear does. Its layers take the
+same arguments on vLLM 0.5.5 and 0.11: the Gemma 4 backports of both use it.
 """
 
 from typing import Callable
@@ -60,5 +63,5 @@ class GatedExperts(nn.Module):
         """x [tokens, hidden]; each token's top-k `experts` and their `weights` (float32, as the
         author's router leaves them)."""
         core = cpu_moe.grouped_core()
-        out = core.experts_grouped(x, weights, experts, self.gate_up_proj, self.down_proj, self.act)
+        out = core.experts_routed(x, weights, experts, self.gate_up_proj, self.down_proj, self.act)
         return tensor_model_parallel_all_reduce(out) if self.ranks > 1 else out

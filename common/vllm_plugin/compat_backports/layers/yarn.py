@@ -1,11 +1,12 @@
-"""Ministral 3's rope and query scale as transformers 5 computes them, restated for vLLM 0.5.5.
+"""Ministral 3's rope and query scale as transformers 5 computes them, restated for vLLM 0.5.5
+and the V1 engine's 0.11, whose yarn rotaries are the same (ministral3.py, ministral3_v1.py).
 
 transformers 5's YaRN (modeling_rope_utils._compute_yarn_parameters) multiplies cos and sin by an
 attention factor: `attention_factor` when the parameters give one, else
 get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both are non-zero (1.0 for
 Ministral 3 and Devstral Small 2, whose two are 1), else get_mscale(factor). vLLM 0.5.5's yarn
-rotary (YaRNScalingRotaryEmbedding) always multiplies by get_mscale(factor) * attn_factor, and
-its deepseek_yarn variant, which has the ratio, builds its tables on "cuda" only: the backport
+rotary (YaRNScalingRotaryEmbedding, 0.11's too) always multiplies by get_mscale(factor) *
+attn_factor, and its deepseek_yarn variant, which has the ratio, builds its tables on "cuda" only: the backport
 hands the plain yarn an attn_factor that turns the engine's factor into transformers'. The
 frequencies are the same formula in both (the correction range rounded outward, transformers'
 default `truncate`).
@@ -14,7 +15,8 @@ Ministral 3 then scales each query by its position, after the rotary embedding:
 1 + llama_4_scaling_beta * log(1 + floor(position / original_max_position_embeddings)), the
 original length read from the rope parameters (modeling_ministral3.get_llama_4_attn_scale).
 
-Standard library only: the preflight's tests import it without torch or vLLM.
+Standard library only: the preflight's tests import it without torch or vLLM (scaled_queries
+computes with the methods of the tensors it is given).
 """
 
 from __future__ import annotations
@@ -29,6 +31,17 @@ BETA_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0}
 def get_mscale(factor: float, scale: float = 1.0) -> float:
     """YaRN's magnitude correction, the same function in transformers 5 and vLLM 0.5.5."""
     return 1.0 if factor <= 1 else 0.1 * scale * math.log(factor) + 1.0
+
+
+def rope_parameters(config: Any) -> Dict[str, Any]:
+    """The rope parameters the engine holds for `config`: `rope_scaling`, as the image's config
+    class (R12) and R5's flags state transformers 5's `rope_parameters` for an engine of
+    transformers 4, else `rope_parameters`."""
+    for key in ("rope_scaling", "rope_parameters"):
+        value = getattr(config, key, None)
+        if isinstance(value, dict) and value:
+            return value
+    return {}
 
 
 def kind(params: Mapping[str, Any]) -> str:
@@ -79,3 +92,10 @@ def query_scale(params: Mapping[str, Any], max_position_embeddings: int) -> Opti
     if not beta:
         return None
     return float(beta), _factor_and_original(params, max_position_embeddings)[1]
+
+
+def scaled_queries(positions: Any, q: Any, beta: float, original: int) -> Any:
+    """The queries `q` [tokens, ...] times Ministral 3's scale at each token's position, with
+    transformers' ops in its order (positions divided in float32), one factor per token."""
+    scale = (positions.float() / original).floor().add(1).log().mul(beta).add(1)
+    return q * scale.unsqueeze(-1).to(q.dtype)

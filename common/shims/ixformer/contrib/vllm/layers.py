@@ -74,28 +74,40 @@ def experts_grouped(
 def moe_forward_static(
     hidden_states: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top_k: int, renormalize: bool = True
 ) -> torch.Tensor:
-    """The same MoE with static shapes and no host synchronisation (safe in CUDA graph capture).
-
-    Every expert runs over every token; a dense [tokens, experts] routing matrix (the top-k
-    weights scattered, zero elsewhere) weights the results. It costs experts/top_k times the
-    grouped path's FLOPs, which is why it is used only while a graph is being captured.
-    """
+    """The same MoE with static shapes and no host synchronisation (safe in CUDA graph capture)."""
     shape = hidden_states.shape
     x = hidden_states.reshape(-1, shape[-1])
+    weights, experts = _route(router_logits, x.shape[0], w13.shape[0], top_k, renormalize, x.dtype)
+    return experts_static(x, weights, experts, w13, w2).reshape(shape)
+
+
+def experts_static(
+    x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, act=F.silu
+) -> torch.Tensor:
+    """experts_grouped's result with static shapes: every expert runs over every token; a dense
+    [tokens, experts] routing matrix (the top-k weights scattered, zero elsewhere) weights the
+    results. It costs experts/top_k times the grouped path's FLOPs, which is why it is used only
+    while a graph is being captured."""
     tokens, num_experts = x.shape[0], w13.shape[0]
-    weights, experts = _route(router_logits, tokens, num_experts, top_k, renormalize, x.dtype)
-    routing = torch.zeros(tokens, num_experts, dtype=x.dtype, device=x.device).scatter_(1, experts, weights)
+    routing = torch.zeros(tokens, num_experts, dtype=x.dtype, device=x.device).scatter_(1, experts, weights.to(x.dtype))
     idle = torch.ones(tokens, num_experts, dtype=torch.bool, device=x.device).scatter_(1, experts, False)
     out = torch.zeros_like(x)
     inter = w2.shape[-1]
     for expert in range(num_experts):
         gate_up = x @ w13[expert].t()
-        act = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
-        y = (act @ w2[expert].t()).mul_(routing[:, expert : expert + 1])
+        y = ((act(gate_up[:, :inter]) * gate_up[:, inter:]) @ w2[expert].t()).mul_(routing[:, expert : expert + 1])
         # A zero weight alone would turn an unselected expert's inf into NaN (0 * inf); the
         # grouped path never computes that expert for the token, so its result is masked out.
         out.add_(y.masked_fill_(idle[:, expert : expert + 1], 0))
-    return out.reshape(shape)
+    return out
+
+
+def experts_routed(
+    x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, act=F.silu
+) -> torch.Tensor:
+    """The gated experts of routed tokens: grouped, or static while a CUDA graph is captured."""
+    path = experts_static if static_moe_required(x) else experts_grouped
+    return path(x, weights, experts, w13, w2, act)
 
 
 def static_moe_required(hidden_states: torch.Tensor) -> bool:
