@@ -34,14 +34,8 @@ from vllm.model_executor.models.utils import is_pp_missing_parameter, make_layer
 from vllm.model_executor.sampling_metadata import SamplingMetadata
 from vllm.sequence import IntermediateTensors, SamplerOutput
 
-# (engine parameter, checkpoint name, shard) of the projections the engine stacks into one matrix.
-STACKED = (
-    ("qkv_proj", "q_proj", "q"),
-    ("qkv_proj", "k_proj", "k"),
-    ("qkv_proj", "v_proj", "v"),
-    ("gate_up_proj", "gate_proj", 0),
-    ("gate_up_proj", "up_proj", 1),
-)
+from .stacking import target
+
 # A gated MLP's activation (transformers' name) -> the engine's fused act(gate) * up.
 ACTIVATIONS = {
     "silu": SiluAndMul,
@@ -312,14 +306,8 @@ class DecoderForCausalLM(nn.Module):
     def sample(self, logits: torch.Tensor, sampling_metadata: SamplingMetadata) -> Optional[SamplerOutput]:
         return self.sampler(logits, sampling_metadata)
 
-    @staticmethod
-    def target(name: str) -> Tuple[str, object]:
-        """(engine parameter, shard) a checkpoint tensor loads into; shard None: a whole parameter.
-        An MoE expert is a GatedMLP too: `mlp.experts.3.gate_proj` stacks as the dense one does."""
-        for param_name, weight_name, shard in STACKED:
-            if weight_name in name:
-                return name.replace(weight_name, param_name), shard
-        return name, None
+    # (engine parameter, shard) a checkpoint tensor loads into (layers/stacking.py).
+    target = staticmethod(target)
 
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
         params = dict(self.named_parameters(remove_duplicate=False))
