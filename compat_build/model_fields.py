@@ -5,7 +5,8 @@ code (and the author's, whose function the engine must compute) reads for the mo
 architecture was exercised by an exact conformance cell (common/engine/conformance_cells.py). Which
 fields those are is read here from the code, never listed by hand: the engine's model module of
 each registered architecture (vLLM's registry maps it to a module and class) and the model modules
-it imports, the image's backport of that architecture where the plugin registers one, and the
+it imports, the image's backport of that architecture where the plugin registers one (with the engine's model
+modules it builds on: the V1 Qwen3.5 backport's Qwen3-Next layers), and the
 author's transformers modeling file that defines the class. A field is read where the code says
 `config.NAME`, `self.config.NAME`, `hf_config.NAME`, `text_config.NAME` (and the like), or
 `getattr(config, "NAME", ...)`.
@@ -213,6 +214,28 @@ def backport_modules() -> Dict[str, Dict[str, str]]:
     return out
 
 
+def backport_engine_modules(module: str, seen: Optional[Set[str]] = None) -> Set[str]:
+    """The engine's model modules a backport builds on (`from vllm.model_executor.models.qwen3_next
+    import ...`, in its own module or the backport modules it imports): their reads are the
+    backport's too, as an engine class's imports count for it."""
+    seen = set() if seen is None else seen
+    if module in seen:
+        return set()
+    seen.add(module)
+    path = BACKPORTS / f"{module}.py"
+    if not path.is_file():
+        return set()
+    engine = "vllm.model_executor.models."
+    found = {
+        node.module[len(engine) :].split(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8", errors="replace")))
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.startswith(engine)
+    }
+    for sibling in _module(path, "common.vllm_plugin.compat_backports", module.rpartition("/")[0])[1]:
+        found |= backport_engine_modules(sibling, seen)
+    return found - GENERIC_SIBLINGS
+
+
 def author_fields(author: Path, architectures: Iterable[str]) -> Dict[str, Set[str]]:
     """architecture class -> fields its author's modeling file reads (transformers 5)."""
     models = author / "transformers" / "models"
@@ -255,6 +278,10 @@ def generate(root: Path = ROOT) -> Dict[str, Dict[str, List[str]]]:
             fields = set(engine.get(arch, set())) | author.get(arch, set())
             if arch in fitting:  # the backport's reads count where R10 registers it, over the engine's class too
                 fields |= module_fields(BACKPORTS, fitting[arch], "common.vllm_plugin.compat_backports")
+                if arch not in registered:  # a class the engine lacks, built on other classes of the engine's
+                    models = site / "vllm" / "model_executor" / "models"
+                    for engine_module in sorted(backport_engine_modules(fitting[arch])):
+                        fields |= module_fields(models, engine_module, "vllm.model_executor.models")
             if fields:
                 table[arch] = sorted(fields)
         out[vllm] = table
