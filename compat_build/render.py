@@ -46,7 +46,7 @@ STEP_FILES = (
 # one saved by transformers 5, and the clean ones (saved by 4.57, or by 4.55 for an engine that
 # reads only `torch_dtype`: the self-test picks by the baked profile). Bundled as selftest/models/<name>/.
 SELFTEST_MODELS = ("v5-generic", "457-generic", "455-generic")
-FIXTURE_MODELS = os.path.join("tests", "fixtures", "models")
+FIXTURE_MODELS = os.path.join("harness", "fixtures", "models")
 # Never shipped in the runtime package.
 RUNTIME_EXCLUDE = ("tests", "__pycache__", "*.pyc")
 

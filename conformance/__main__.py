@@ -1,4 +1,4 @@
-"""`python -m conformance run|stale|table|judge|models`: see conformance/README.md."""
+"""`python -m conformance run|stale|verify|table|judge|models`: see conformance/README.md."""
 
 from __future__ import annotations
 
@@ -23,6 +23,15 @@ def main(argv=None) -> int:
         "--all", action="store_true", dest="everything", help="every cell, not only those not yet run or whose code changed (the default)"
     )
     sub.add_parser("stale", help="name the committed cells whose fingerprint no longer matches the code (exit 1 if any)")
+    verify = sub.add_parser(
+        "verify",
+        help="check every committed cell against the ids it keeps, then run cells again and name any that does not come out "
+        "as committed (exit 1 if any): a rotating sample by seed, or the cells of the named cases and engines",
+    )
+    verify.add_argument("--seed", type=int, help="the sample's seed (default: a new one, printed)")
+    verify.add_argument("--count", type=int, default=None, help="cells in the sample (default 20)")
+    verify.add_argument("--case", action="append", default=[], help="run this case's cells instead of a sample (repeatable)")
+    verify.add_argument("--engine", action="append", default=[], help="run this engine generation's cells instead of a sample (repeatable)")
     sub.add_parser("table", help="write README.md's table and common/engine/conformance_cells.json from results.json")
     sub.add_parser("judge", help="bake the cells again and let doctor judge every cell's model anew (no engine runs)")
     models = sub.add_parser("models", help="save the cases' models not yet in the cache (no engine runs)")
@@ -69,6 +78,8 @@ def main(argv=None) -> int:
         if found:
             print(f"{len(found)} stale cells: `make conformance` runs them again", file=sys.stderr)
         return 1 if found else 0
+    if opts.command == "verify":
+        return verify_cells(opts)
     if opts.command == "table":
         from .report import load, write_baked, write_readme
 
@@ -81,6 +92,32 @@ def main(argv=None) -> int:
         print(f"conformance: {results['last_run']['cells']} cells in {results['last_run']['seconds']} s", file=sys.stderr)
         if rescope(results):
             judge(results)  # doctor's verdicts again, under the scope the cells give C1
+    return 0
+
+
+def verify_cells(opts) -> int:
+    """`verify`: every committed cell against its ids, then the chosen cells run again."""
+    import secrets
+
+    from . import verify
+    from .report import load
+
+    results = load(matrix.RESULTS)
+    problems = verify.check_committed(results)
+    if opts.case or opts.engine:
+        cells = verify.named(results, opts.case, opts.engine)
+        print(f"conformance verify: {len(cells)} cells of {', '.join(opts.case + opts.engine)}", file=sys.stderr)
+    else:
+        seed = opts.seed if opts.seed is not None else secrets.randbelow(2**32)
+        cells = verify.sample(results, seed, opts.count or verify.SAMPLE)
+        print(f"conformance verify: seed {seed} ({len(cells)} cells; --seed {seed} draws them again)", file=sys.stderr)
+    problems += verify.rerun(results, cells, progress=matrix._stderr)
+    for line in problems:
+        print(line)
+    if problems:
+        print(f"conformance verify: {len(problems)} cells are not as committed", file=sys.stderr)
+        return 1
+    print(f"conformance verify: every committed cell holds its ids; the {len(cells)} run again came out as committed", file=sys.stderr)
     return 0
 
 

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common.vllm_plugin.compat_configs._rope import legacy_rope  # noqa: E402  (the config classes' own)
-from tests.fixtures.build_model import CHATML, make_tokenizer  # noqa: E402  (the fixtures' tokenizer)
+from harness.fixtures.build_model import CHATML, make_tokenizer  # noqa: E402  (the fixtures' tokenizer)
 
 PROMPT_LENGTH = 24
 GENERATED = 16

@@ -151,6 +151,6 @@ def case_key(case: Dict[str, Any], saver: str) -> str:
     h = hashlib.sha256()
     h.update(json.dumps(case, sort_keys=True).encode())
     h.update(saver.encode())
-    for source in (HERE / "build.py", ROOT / "tests" / "fixtures" / "build_model.py"):
+    for source in (HERE / "build.py", ROOT / "harness" / "fixtures" / "build_model.py"):
         h.update(source.read_bytes())
     return h.hexdigest()[:16]

@@ -37,10 +37,10 @@ from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, case_ke
 COMMON = ROOT / "common"
 PLUGIN = COMMON / "vllm_plugin"
 BACKPORTS = PLUGIN / "compat_backports"
-# Where an absolute import may resolve: the checkout (common.x, tests.x) and the plugin directory,
+# Where an absolute import may resolve: the checkout (common.x, harness.x) and the plugin directory,
 # which is on the engine's PYTHONPATH (compat_backports.x).
 IMPORT_ROOTS = (ROOT, PLUGIN)
-LAUNCH_ROOTS = (COMMON / "start" / "launch.py", ROOT / "conformance" / "engine_worker.py", ROOT / "tests" / "engine_env.py")
+LAUNCH_ROOTS = (COMMON / "start" / "launch.py", ROOT / "harness" / "engine_worker.py", ROOT / "harness" / "engine_env.py")
 EXCLUDED_ASSIGNMENTS = {COMMON / "rules" / "support" / "scopes.py": "C1_ARCHITECTURES"}
 
 

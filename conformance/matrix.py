@@ -1,7 +1,7 @@
 """Run the conformance matrix: every case on every card's engine, through that card's launcher.
 
 For each engine generation (conformance/cases.py ENGINES) one worker process in the engine's
-venv runs the cells of its cards (conformance/engine_worker.py); engines run side by side as
+venv runs the cells of its cards (harness/engine_worker.py); engines run side by side as
 cores allow. Each answered cell is compared with its saver's reference: `exact` or `differs`;
 a start that failed is `refused`, a first request that failed is `crashed`, each with the code
 triage gives its log. Then doctor judges every model on every card (one doctor process per
@@ -10,6 +10,7 @@ card, verified with that card's engine), and the cell records its verdict.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -29,18 +30,18 @@ from common.model.config_traits import config_traits, sharding
 from common.model.config_values import config_values
 from common.start.log import PREFIX
 from common.triage import scan, signatures
-from tests.cores import pin_env, rank_binds
-from tests.engine import vllm_cache
-from tests.engine_env import COMMON_ENV
+from harness.cores import pin_env, rank_binds
+from harness.engine import vllm_cache
+from harness.engine_env import COMMON_ENV
 
 from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, load_cases, tensor_parallel, tp_args, tp_sizes
 from .fingerprint import doctor_fingerprint, fingerprint
-from .models import ensure, model_dir, record
+from .models import CACHE, ensure, model_dir, record
 
 LAUNCHER_PREFIX = PREFIX.encode()
 
 RESULTS = Path(__file__).resolve().parent / "results.json"
-WORKER = "conformance.engine_worker"
+WORKER = "harness.engine_worker"
 
 
 def cell_values(config: Dict[str, Any], vllm: str, architecture: str, tp: int) -> Dict[str, List[str]]:
@@ -170,7 +171,8 @@ def _engine_lines(log: Path) -> bytes:
 
 
 LOG_PREFIX = re.compile(r"\((?:\w+) pid=\d+\)\s*|(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\]\s*")
-PATHS = re.compile(r"/\S*?site-packages/|" + re.escape(str(ROOT)) + "/")
+# An engine that names the model's directory names it in the saved models' cache.
+PATHS = re.compile(r"/\S*?site-packages/|" + re.escape(str(ROOT)) + "/|" + re.escape(str(CACHE)) + "/")
 
 
 def quoted(line: Optional[str]) -> Optional[str]:
@@ -190,6 +192,14 @@ def classify(result: Dict[str, Any], reference: List[int], log: Path) -> Dict[st
             out["signal"] = result["signal"]
         return out
     return {"result": "error", "code": None, "cause": quoted(result.get("error"))}
+
+
+def log_digest(log: Path) -> Optional[str]:
+    """sha256 of a cell's whole log (None where it left none): which run a result came from."""
+    try:
+        return hashlib.sha256(log.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def max_model_len_of(args: List[str]) -> Optional[str]:
@@ -440,6 +450,12 @@ def collect(
                 row["first_difference"] = first_difference(result.get("tokens"), reference)
             if result.get("same_start_as"):
                 row["same_start_as"] = result["same_start_as"]
+            # What ran, kept so that anyone can re-check it (python -m conformance verify): the
+            # reference and served ids, a digest of the cell's log, when it ran and how long.
+            row["reference"] = list(reference)
+            row["served"] = result.get("tokens") if result.get("outcome") == "answered" else None
+            row["log_sha256"] = log_digest(Path(cell["log"]))
+            row["ran_at"] = result.get("ran_at")
             row["seconds"] = result.get("seconds")
             row["fingerprint"] = cell["fingerprint"]
             config = json.loads((Path(cell["model"]) / "config.json").read_text())
@@ -453,7 +469,7 @@ def collect(
     for row in out:
         same = by_id.get(row.get("same_start_as", ""))
         if same is not None:
-            row.update({k: same[k] for k in ("code", "cause", "signal") if k in same})
+            row.update({k: same[k] for k in ("code", "cause", "signal", "served", "log_sha256") if k in same})
     return out
 
 

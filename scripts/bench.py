@@ -27,7 +27,7 @@ preflight_repaired_peak_rss_mb         peak resident memory of that preflight an
                                        maxrss (goal <= 150)
 
 With the vLLM 0.5.5 engine venv (.venv-engine055), doctor over a folder of 100 metadata-only
-models (copies of the committed fixture models, tests/fixtures/models) on iluvatar-bi100, the
+models (copies of the committed fixture models, harness/fixtures/models) on iluvatar-bi100, the
 card whose engine repairs most of them (so most models have checks to verify):
 doctor_models_per_s                    models judged per second by `doctor FOLDER --card
                                        iluvatar-bi100 --json`, the whole command (its engine
@@ -219,7 +219,7 @@ def repaired_figures(tmp: Path, tree: Path) -> Optional[Dict[str, float]]:
     if not (ENGINE_PYTHON.exists() and AUTHOR_PYTHON.exists()):
         return None
     sys.path.insert(0, str(ROOT))
-    from tests.fixtures.factory import build
+    from harness.fixtures.factory import build
 
     model = build("v5", "generic", tmp / "v5-generic")
     engine = str(ENGINE_PYTHON)
@@ -251,7 +251,7 @@ def doctor_folder(path: Path, count: int) -> Path:
     """A folder of `count` metadata-only model folders: the committed fixture models in turn."""
     import shutil
 
-    fixtures = ROOT / "tests" / "fixtures" / "models"
+    fixtures = ROOT / "harness" / "fixtures" / "models"
     kinds = sorted(p for p in fixtures.iterdir() if p.is_dir())
     path.mkdir(parents=True)
     for i in range(count):

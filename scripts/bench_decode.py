@@ -14,7 +14,7 @@ from typing import Dict, List, Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.engine import ENGINE_055, Server, free_port  # noqa: E402
+from harness.engine import ENGINE_055, Server, free_port  # noqa: E402
 
 CARD = "iluvatar-bi100"
 REQUESTS, NEW_TOKENS, ROUNDS = 4, 64, 5

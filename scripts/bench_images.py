@@ -33,9 +33,9 @@ from compat_build import images as images_mod  # noqa: E402
 from compat_build import manifest, owner  # noqa: E402
 from compat_build.build import docker_client  # noqa: E402
 from compat_build.render import render_card  # noqa: E402
-from tests.fixtures.factory import build as build_model  # noqa: E402
-from tests.images.containers import platform_run_kwargs  # noqa: E402
-from tests.ports import free_port  # noqa: E402
+from harness.fixtures.factory import build as build_model  # noqa: E402
+from harness.containers import platform_run_kwargs  # noqa: E402
+from harness.ports import free_port  # noqa: E402
 
 RUNTIME_FILE = Path("runtime") / "common" / "start" / "log.py"  # any file of the runtime package
 READY_TIMEOUT_S = 300

@@ -1,6 +1,6 @@
 """make bench: what fits one node of each card, by doctor's memory check (rule KV).
 
-Popular model shapes, from a tiny Llama to a 1T-parameter MoE (tests/fixtures/shapes.py:
+Popular model shapes, from a tiny Llama to a 1T-parameter MoE (harness/fixtures/shapes.py:
 config.json plus safetensors shards whose headers declare every tensor, sparse: no weights), are
 judged by `doctor FOLDER --card all --json` with no platform arguments: each model gets the
 smallest tensor-parallel size of the card's node that holds its weights and one request of the
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.fixtures.shapes import SHAPES, write_model  # noqa: E402
+from harness.fixtures.shapes import SHAPES, write_model  # noqa: E402
 
 
 def doctor_all(folder: Path, env: dict) -> dict:

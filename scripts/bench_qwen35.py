@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from bench_decode import ENGINE_055, ROUNDS, decode_rate, start
-from tests.fixtures.factory import build
+from harness.fixtures.factory import build
 
 
 def main() -> int:

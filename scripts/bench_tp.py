@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Dict
 
 from bench_decode import ENGINE_055, ROUNDS, decode_rate, greedy, start
-from tests.cores import bind_string
-from tests.fixtures.factory import build
+from harness.cores import bind_string
+from harness.fixtures.factory import build
 
 
 def binding(tp: int) -> Dict[str, str]:

@@ -8,8 +8,8 @@ import pytest
 
 from compat_build.platform_client import PlatformClient
 from common.triage import triage_file
-from tests.engine import Engine, Server, launch_report
-from tests.ports import free_port
+from harness.engine import Engine, Server, launch_report
+from harness.ports import free_port
 
 TOKEN = "s3cr3t-token-value"
 
@@ -72,7 +72,7 @@ def launched(server):
     """Start a card's image launcher (the engine's Python runs `common launch`, as the entrypoint
     does) on a model and wait until vLLM serves; returns (server, report.json). A healthy start is
     claimed by no triage rule. The launcher's exec of vLLM runs in the engine host's fork unless
-    `exec_=True` (tests/engine.py's Server)."""
+    `exec_=True` (harness/engine.py's Server)."""
 
     def start(engine: Engine, card: str, model, work, *args: str, env=None, name: str = "launcher", exec_: bool = False):
         srv = server(engine.launcher_argv(free_port()) + list(args), engine.launcher_env(model, card, work, env), name, exec_)

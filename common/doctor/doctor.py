@@ -198,14 +198,21 @@ def recommend(results: Dict[str, Dict[str, Any]]) -> Optional[str]:
 
 
 def summary(results: Dict[str, Dict[str, Any]], recommended: Optional[str]) -> str:
-    lines = ["| engine variant | vLLM | verdict | repairs | failing / unverified | checked with |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| engine variant | vLLM | verdict | repairs | failing / unverified | tokens | checked with |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, data in results.items():
         repairs = ", ".join(r["code"] for r in data["repairs"] if r["verified"]) or "-"
         open_codes = ", ".join(data["failing"] + data["unverified"]) or "-"
         mark = " (recommended)" if name == recommended else ""
         python = _python_text(data["engine_python"]) if data.get("engine_python") else "-"
+        tokens = data.get("tokens") or "-"
+        if data.get("tokens_cell"):
+            tokens += f" ({data['tokens_cell']})"
         lines.append(
-            f"| {name}{mark} | {data.get('vllm_version', '?')} | {data['verdict']} | {repairs} | {open_codes} | {python.replace('|', '/')} |"
+            f"| {name}{mark} | {data.get('vllm_version', '?')} | {data['verdict']} | {repairs} | {open_codes} | "
+            f"{tokens.replace('|', '/')} | {python.replace('|', '/')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -228,7 +235,19 @@ def run(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[str, s
     recommended = recommend(results)
     data = dict(results[recommended or names[0]])
     if len(names) > 1:
-        keys = ("verdict", "failing", "unverified", "args", "vllm_version", "engine_python")
+        # Each variant's own layers of the promise: its tokens are judged against its own engine's cells.
+        keys = (
+            "verdict",
+            "failing",
+            "unverified",
+            "args",
+            "vllm_version",
+            "engine_python",
+            "tokens",
+            "tokens_tp",
+            "tokens_cell",
+            "tokens_open",
+        )
         data["variants"] = {n: {k: d[k] for k in keys} for n, d in results.items()}
         data["recommended"] = recommended
     if as_json:

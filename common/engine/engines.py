@@ -1,8 +1,8 @@
 """Which Python answers a card's engine-side checks in doctor, and why that one.
 
-In order: the variable that names it (COMPAT_ENGINE_PYTHON for a card's default engine and for
-the variant `--card` names itself, COMPAT_ENGINE_PYTHON_<VARIANT> for a variant: `_NEXT` for
-nv-a100@next); inside an image, the image's own Python for the image's card (its engine's); in
+In order: the variable that names it (COMPAT_ENGINE_PYTHON for a card's default engine,
+COMPAT_ENGINE_PYTHON_<VARIANT> for a variant: `_NEXT` for nv-a100@next; a variant `--card` names
+itself takes COMPAT_ENGINE_PYTHON where its own is not set); inside an image, the image's own Python for the image's card (its engine's); in
 a checkout, the engine venv its profile was snapshotted from (the card's `snapshot_env`, e.g.
 .venv-engine, which `make envs` builds; engine_venvs.json, written by `make profiles`, says
 which); else, for a default engine, the Python running doctor, and for a variant none at all:
@@ -65,11 +65,14 @@ def describe(engine: Mapping[str, Any]) -> str:
 
 def variables_for(card: str, asked: bool = False) -> List[str]:
     """The variables that name `card`'s engine Python, the first set wins: COMPAT_ENGINE_PYTHON
-    for a card's default engine or the card --card names, COMPAT_ENGINE_PYTHON_<VARIANT> for a variant."""
+    for a card's default engine, COMPAT_ENGINE_PYTHON_<VARIANT> for a variant. A variant --card
+    names itself takes COMPAT_ENGINE_PYTHON too, after its own: a user who set both (as
+    docs/images-and-releases.md shows) named the variant's engine with its own variable, and the
+    other is the default engine's."""
     if VARIANT_SEP not in card:
         return [VARIABLE]
     own = VARIABLE + "_" + card.split(VARIANT_SEP, 1)[1].upper().replace("-", "_")
-    return [VARIABLE, own] if asked else [own]
+    return [own, VARIABLE] if asked else [own]
 
 
 def checkout_venv(card: str) -> str:

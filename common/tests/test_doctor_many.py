@@ -13,7 +13,7 @@ from common.doctor import doctor_many
 
 from common.tests.helpers import model_dir, run_common
 
-FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "models"
+FIXTURES = Path(__file__).resolve().parents[2] / "harness" / "fixtures" / "models"
 NAMES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 
 

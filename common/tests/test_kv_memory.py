@@ -17,7 +17,7 @@ from common.engine.profile import load_profile
 from common.rules.support.base import Context
 from common.rules.kv_memory import RULE
 from common.engine.vllm_args import UserArgs
-from tests.fixtures.shapes import (
+from harness.fixtures.shapes import (
     GATED_DELTA_ATTENTION,
     LLAMA_31_8B,
     LLAMA_31_70B,
@@ -335,7 +335,7 @@ def test_summary_of_each_outcome():
 def test_the_docs_table_of_what_fits_one_node_is_what_doctor_says(tmp_path):
     """docs/memory.md: the smallest tensor-parallel size of each card's node per popular shape
     (scripts/bench_memory.py --markdown prints it)."""
-    from tests.fixtures.shapes import SHAPES
+    from harness.fixtures.shapes import SHAPES
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "memory.md").read_text()
     header = "| model | hygon-k100 | iluvatar-bi100 | nv-a100 | nv-a100@next |"

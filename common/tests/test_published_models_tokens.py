@@ -1,4 +1,4 @@
-"""doctor's `tokens` on the configurations popular checkpoints publish (tests/fixtures/
+"""doctor's `tokens` on the configurations popular checkpoints publish (harness/fixtures/
 published_configs.py): proven where the committed cells exercised every value their model code
 reads, on every engine generation the newest included (4.x savers have cells there), and a value
 one of them changes keeps them unproven, named."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from common.engine.conformance_cells import judge
-from tests.fixtures.published_configs import LLAMA_31_8B, PUBLISHED
+from harness.fixtures.published_configs import LLAMA_31_8B, PUBLISHED
 
 CARDS = ("iluvatar-bi100", "nv-a100", "hygon-k100", "nv-a100@next")
 CONTEXT = "4096"  # the platform's usual --max-model-len

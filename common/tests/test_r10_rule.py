@@ -234,7 +234,7 @@ def test_the_plugin_without_the_variable_imports_neither_torch_nor_vllm():
 
 
 def test_a_clean_start_never_imports_a_backport(env_for_tests):
-    model = Path(ROOT) / "tests" / "fixtures" / "models" / "455-generic"
+    model = Path(ROOT) / "harness" / "fixtures" / "models" / "455-generic"
     code = (
         "import sys, os; from common.start.preflight import build_plan; "
         f"p = build_plan({str(model)!r}, 'iluvatar-bi100', [], os.environ); "

@@ -21,6 +21,7 @@ NEXT_PYTHON = Path(__file__).resolve().parents[2] / ".venv-author" / "bin" / "py
 needs_transformers5 = pytest.mark.skipif(not NEXT_PYTHON.exists(), reason="needs .venv-author: run `make author-env`")
 
 QWEN35 = {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5", "hidden_size": 256, "num_attention_heads": 4, "head_dim": 64}
+GEMMA4 = {"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "hidden_size": 256, "num_attention_heads": 4, "head_dim": 64}
 
 
 @pytest.fixture
@@ -78,9 +79,51 @@ def test_a_transformers5_model_needs_no_repair_on_a_transformers5_engine(profile
 @needs_transformers5
 def test_a_named_variant_is_judged_alone(profiles, tmp_path, env_for_tests, capsys):
     model = model_dir(tmp_path / "m", {"config.json": QWEN35})
+    # Its own variable unset: the variant --card names takes COMPAT_ENGINE_PYTHON.
     env = dict(env_for_tests, COMPAT_WORK_DIR=str(tmp_path / "work"), COMPAT_ENGINE_PYTHON=str(NEXT_PYTHON))
+    env.pop("COMPAT_ENGINE_PYTHON_NEXT")
     assert doctor.run(str(model), "nv-a100@next", [], env, as_json=True) == 0
-    assert "variants" not in json.loads(capsys.readouterr().out)
+    data = json.loads(capsys.readouterr().out)
+    assert "variants" not in data and data["engine_python"]["source"] == "COMPAT_ENGINE_PYTHON"
+
+
+@needs_transformers5
+def test_a_named_variant_is_checked_with_its_own_engine_whatever_else_is_set(profiles, tmp_path, env_for_tests, capsys):
+    """As docs/images-and-releases.md tells a user: both variables set, `--card nv-a100@next`.
+    The variant's own variable names its engine; COMPAT_ENGINE_PYTHON is the default engine's
+    (here the dev venv's transformers 4.57, which cannot read Qwen3.5 as the variant's 5.x does)."""
+    model = model_dir(tmp_path / "m", {"config.json": QWEN35})
+    env = dict(env_for_tests, COMPAT_WORK_DIR=str(tmp_path / "work"), COMPAT_ENGINE_PYTHON=sys.executable)
+    env["COMPAT_ENGINE_PYTHON_NEXT"] = str(NEXT_PYTHON)
+    assert doctor.run(str(model), "nv-a100@next", [], env, as_json=True) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["engine_python"] == {"path": str(NEXT_PYTHON), "source": "COMPAT_ENGINE_PYTHON_NEXT"}
+    assert data["verdict"] == "starts" and [r["code"] for r in data["repairs"]] == ["R2"], data  # no R12: 5.x reads Qwen3.5
+
+
+def test_every_variant_row_carries_the_tokens_of_its_own_engine(profiles, models, tmp_path, env_for_tests, capsys):
+    """`tokens` is judged per engine: each variant row holds its own engine's verdict on the
+    model's tokens (its cells), not the recommended variant's."""
+    model = models("v5-generic")
+    env = dict(env_for_tests, COMPAT_WORK_DIR=str(tmp_path / "work"))
+    doctor.run(str(model), "nv-a100", [], env, as_json=True)
+    data = json.loads(capsys.readouterr().out)
+    assert set(data["variants"]) == {"nv-a100", "nv-a100@next"}
+    for name, row in data["variants"].items():
+        own = doctor.tokens_of({"model_dir": str(model), "card": name, "user_args": []})
+        assert (row["tokens"], row["tokens_cell"], row["tokens_open"], row["tokens_tp"]) == (*own, 1), name
+    # A cell of one engine proves nothing on another: a card whose engine ran no cell of the
+    # model's family leaves its row unproven, naming what no cell covered.
+    gemma = model_dir(tmp_path / "g", {"config.json": GEMMA4})
+    doctor.run(str(gemma), "nv-a100", [], env, as_json=True)
+    rows = json.loads(capsys.readouterr().out)["variants"]
+    for name, row in rows.items():
+        assert (row["tokens"], row["tokens_cell"], row["tokens_open"]) == doctor.tokens_of(
+            {"model_dir": str(gemma), "card": name, "user_args": []}
+        ), name
+    assert rows["nv-a100"]["tokens"] == "unproven" and rows["nv-a100"]["tokens_open"], rows["nv-a100"]
+    doctor.run(str(model), "nv-a100", [], env, as_json=False)
+    assert "| tokens |" in capsys.readouterr().out
 
 
 def test_a_variant_without_its_engines_python_is_unverified_not_judged_by_another(profiles, tmp_path, env_for_tests, capsys):
@@ -126,6 +169,10 @@ def test_the_variable_wins_then_the_checkouts_venv_then_nothing_for_a_variant(tm
     # A variant named by --card itself takes COMPAT_ENGINE_PYTHON too.
     asked = engines.resolve("nv-a100@next", {"COMPAT_ENGINE_PYTHON": "/opt/x"}, asked=True, root=str(tmp_path / "elsewhere"))
     assert asked.path == "/opt/x"
+    # ... after its own: with both set, the variant's own names its engine.
+    both = {"COMPAT_ENGINE_PYTHON": "/opt/x", "COMPAT_ENGINE_PYTHON_NEXT": "/opt/next/python"}
+    asked = engines.resolve("nv-a100@next", both, asked=True, root=str(tmp_path / "elsewhere"))
+    assert (asked.path, asked.source) == ("/opt/next/python", "COMPAT_ENGINE_PYTHON_NEXT")
 
 
 def test_inside_an_image_its_own_python_is_the_default(tmp_path, monkeypatch):
@@ -171,4 +218,5 @@ def test_doctor_finds_the_checkouts_engine_venvs_and_says_which_verified(models)
         timeout=300,
     ).stdout
     assert "checked with: .venv-engine-next/bin/python (this checkout's engine venv)" in text
-    assert "| nv-a100 | 0.11.0 | starts | R3, R3b, R5 | - | .venv-engine/bin/python (this checkout's engine venv) |" in text
+    assert "| nv-a100 | 0.11.0 | starts | R3, R3b, R5 | - | proven (" in text
+    assert ") | .venv-engine/bin/python (this checkout's engine venv) |" in text

@@ -15,7 +15,7 @@ from common.engine.profile import load_profile
 from common.engine.vllm_args import UserArgs
 from common.memory.weight_bytes import read_weights
 from common.memory.weight_estimate import estimate_weights
-from tests.fixtures.shapes import DEEPSEEK_V3, GATED_DELTA_ATTENTION, LLAMA_31_8B, MIXTRAL_8X7B, QWEN25_7B, SHAPES, TINY, write_model
+from harness.fixtures.shapes import DEEPSEEK_V3, GATED_DELTA_ATTENTION, LLAMA_31_8B, MIXTRAL_8X7B, QWEN25_7B, SHAPES, TINY, write_model
 
 from common.tests.helpers import run_common
 

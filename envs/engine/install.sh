@@ -5,6 +5,9 @@
 # 3. The remaining requirements, with torch held at 2.8.0 so nothing swaps it out.
 # 4. vLLM looks itself up as the distribution "vllm" and detects the CPU platform only when that
 #    version contains "cpu": a minimal dist-info named vllm 0.11.0+cpu answers both.
+# 5. Sliding windows on the CPU (cpu_windows.py says what and why): a harness patch of this
+#    stand-in of the cards' engine, never of the images' code; on the cards vLLM's attention
+#    backend (the vendor's on the K100) takes each layer's window itself.
 set -euo pipefail
 spec=$(dirname "${BASH_SOURCE[0]}")
 "$PY" -m pip install -q torch==2.8.0
@@ -14,4 +17,5 @@ spec=$(dirname "${BASH_SOURCE[0]}")
 site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 mkdir -p "$site/vllm-0.11.0.dist-info"
 printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.11.0+cpu\n' > "$site/vllm-0.11.0.dist-info/METADATA"
+"$PY" "$spec/cpu_windows.py"
 "$PY" -c 'import vllm, torch; print("engine venv: vllm", vllm.__version__, "torch", torch.__version__)'

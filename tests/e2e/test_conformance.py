@@ -12,6 +12,7 @@ eager) with the tokens the in-process worker got.
 """
 
 import json
+import os
 from typing import Dict, List
 
 import pytest
@@ -22,7 +23,7 @@ from conformance import report
 from conformance.cases import AUTHOR, ENGINES, PLATFORM_ARGS, load_cases, tensor_parallel, tp_sizes
 from conformance.image_changes import IMAGE_ENGINES, image_change_cells
 from conformance.matrix import RESULTS, cell_id, cell_key, run_cells, select_cases
-from tests.starts import record
+from harness.starts import record
 
 RESULTS_DATA = json.loads(RESULTS.read_text())
 CELLS = RESULTS_DATA["cells"]
@@ -112,12 +113,39 @@ def test_the_cells_the_image_changes_come_out_as_committed():
 
 
 @pytest.mark.e2e
+def test_a_rotating_sample_of_cells_comes_out_as_committed():
+    """`python -m conformance verify` on a sample drawn by this run's seed (CONFORMANCE_SEED, in
+    the run's header): at least 20 committed cells outside those the image changes, from every
+    engine generation, @next's included, run again and compared with what results.json says
+    (result, code, served ids). A cell edited by hand is named: here a copy of one sampled exact
+    cell whose served ids (and so its result) were changed to a consistent, false claim."""
+    from conformance import verify
+
+    for engine in ENGINES.values():
+        if not engine.available():
+            pytest.skip(f"no {engine.venv}: run `make {engine.make_target}`")
+    seed = int(os.environ["CONFORMANCE_SEED"])
+    cells = verify.sample(RESULTS_DATA, seed)
+    assert len(cells) >= verify.SAMPLE and {c["vllm"] for c in cells} == set(ENGINES)
+    honest = next(c for c in cells if c["result"] == "exact")
+    served = list(honest["served"])
+    served[-1] += 1
+    forged = dict(honest, result="differs", served=served, first_difference=len(served) - 1)
+    assert verify.inconsistent(forged) is None  # only a run again can tell
+    problems = verify.rerun(RESULTS_DATA, cells + [forged])
+    record("cell", len(cells))
+    assert problems == [f"{verify.name(forged)}: result 'differs' -> 'exact'; served {served!r} -> {honest['served']!r}"], (
+        f"seed {seed}: " + "\n".join(problems)
+    )
+
+
+@pytest.mark.e2e
 def test_a_cell_served_over_http_by_the_launcher_with_torch_compile_gives_the_worker_answer(launched, tmp_path):
     """The worker builds the engine in-process and eager; the image serves over HTTP with the
     engine's default torch.compile. Both give the author's greedy ids: a transformers-5 Qwen3 on
     nv-a100 (R3, R3b, R5 repaired), its committed cell exact."""
     from conformance.models import ensure, model_dir, record
-    from tests.engine import ENGINE_0110
+    from harness.engine import ENGINE_0110
 
     if not ENGINE_0110.available():
         pytest.skip(ENGINE_0110.missing_reason)

@@ -16,7 +16,7 @@ from typing import Dict, List, Tuple
 import pytest
 
 from common.rules.ctx_context_length import RULE
-from tests.engine import ENGINE_055, ENGINE_0110, ENGINE_NEXT
+from harness.engine import ENGINE_055, ENGINE_0110, ENGINE_NEXT
 
 pytestmark = pytest.mark.e2e
 

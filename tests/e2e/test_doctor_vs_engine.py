@@ -39,8 +39,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
 
-from tests.engine import ENGINE_055, ENGINE_0110, ROOT, Engine, Server, free_port
-from tests.fixtures.committed import COMMITTED
+from harness.engine import ENGINE_055, ENGINE_0110, ROOT, Engine, Server, free_port
+from harness.fixtures.committed import COMMITTED
 
 # ---- the log lines that decide, per engine ------------------------------------------------------
 # Got past the metadata: both engines reach DefaultModelLoader._prepare_weights and raise

@@ -22,8 +22,8 @@ import pytest
 
 from common.rules.support.plugin import PLUGIN_DIR
 from common.triage import triage_file
-from tests.engine import ENGINE_0110, ENGINES, free_port
-from tests.fixtures.factory import author_record, build
+from harness.engine import ENGINE_0110, ENGINES, free_port
+from harness.fixtures.factory import author_record, build
 
 pytestmark = [
     pytest.mark.e2e,

@@ -23,8 +23,8 @@ import pytest
 
 from common.rules.support.plugin import PLUGIN_DIR
 from common.triage import triage_file
-from tests.engine import ENGINE_0110, ENGINES, free_port, launch_report
-from tests.fixtures.factory import author_record, build_vlm
+from harness.engine import ENGINE_0110, ENGINES, free_port, launch_report
+from harness.fixtures.factory import author_record, build_vlm
 from tests.e2e.test_e2e_r8_vllm import PROBE, original_tensors
 
 pytestmark = [

@@ -1,7 +1,7 @@
 """KV against the real engines: doctor's prediction of which --max-model-len values an engine's KV
 cache holds agrees with vLLM 0.5.5 and 0.11.0 themselves, on this CPU.
 
-On a CPU build the KV space is a set size, VLLM_CPU_KVCACHE_SPACE GiB (1 here, tests/engine.py),
+On a CPU build the KV space is a set size, VLLM_CPU_KVCACHE_SPACE GiB (1 here, harness/engine.py),
 beside weights that live in host memory: the refusal is real here, and doctor, given that size as
 the device's KV space (memory_fit.Device.cpu), must predict it exactly. The two engines count
 differently (0.5.5 in whole 16-token blocks of every layer, 0.11 each layer's 128-token pages on
@@ -11,7 +11,7 @@ the lengths between them start on one engine and not the other.
 Each engine judges every (model, --max-model-len, tensor-parallel size) case in one process
 (tests/engine_kv_capacity.py: the engine's own config objects and KV methods, as `vllm serve`
 runs them); two real `vllm serve` starts per engine, at its limit and one token past it, hold
-that harness to the engine itself. Models are metadata-only (tests/fixtures/shapes.py: sparse
+that harness to the engine itself. Models are metadata-only (harness/fixtures/shapes.py: sparse
 safetensors files; the served one borrows the committed tiny tokenizer).
 """
 
@@ -27,8 +27,8 @@ from common.model.modeldir import ModelDir
 from common.engine.profile import load_profile
 from common.triage import triage_file
 from common.engine.vllm_args import UserArgs
-from tests.engine import COMMON_ENV, ENGINE_055, ENGINE_0110, ROOT, free_port
-from tests.fixtures.shapes import LLAMA_31_8B, write_model
+from harness.engine import COMMON_ENV, ENGINE_055, ENGINE_0110, ROOT, free_port
+from harness.fixtures.shapes import LLAMA_31_8B, write_model
 
 pytestmark = pytest.mark.e2e
 
@@ -73,7 +73,7 @@ def models(tmp_path_factory) -> Dict[str, Path]:
     base = tmp_path_factory.mktemp("kv")
     out = {name: write_model(base / name, config) for name, config in MODELS.items()}
     for name in TOKENIZER_FILES:  # the served one needs a tokenizer: the committed tiny one (396 tokens)
-        shutil.copy(ROOT / "tests" / "fixtures" / "models" / "457-generic" / name, out["gqa"] / name)
+        shutil.copy(ROOT / "harness" / "fixtures" / "models" / "457-generic" / name, out["gqa"] / name)
     return out
 
 

@@ -1,7 +1,7 @@
 """doctor builds the engine's model class (MB, issue 37): what the real engines refuse when they
 construct their model class, doctor says before the start, with the engine's own message.
 
-Tiny models made here by the builders the other engine tests use (tests/fixtures/build_model.py,
+Tiny models made here by the builders the other engine tests use (harness/fixtures/build_model.py,
 metadata only: config.json and a tokenizer, no weights), each saved by the transformers its
 author would have used, with one configuration value the engine's model code refuses:
   llama-gelu      a Llama with hidden_act "gelu" (BI-100's transformers 4.55): vLLM's LlamaMLP
@@ -37,9 +37,9 @@ from typing import Dict
 import pytest
 
 from common.image_checks.selftest import tree_digest
-from tests.engine import ENGINE_055, ENGINE_0110, ENGINE_NEXT, ROOT
-from tests.fixtures.committed import COMMITTED
-from tests.fixtures.factory import build
+from harness.engine import ENGINE_055, ENGINE_0110, ENGINE_NEXT, ROOT
+from harness.fixtures.committed import COMMITTED
+from harness.fixtures.factory import build
 
 pytestmark = [pytest.mark.e2e]
 

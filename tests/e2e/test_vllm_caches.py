@@ -1,5 +1,5 @@
 """The tests' vLLM caches are given vLLM's model-class inspections before the suite starts
-(tests/vllm_caches.py, compat_build/image_steps/bake_modelinfos.py): on the real vLLM 0.11 and
+(harness/vllm_caches.py, compat_build/image_steps/bake_modelinfos.py): on the real vLLM 0.11 and
 0.32, the bake's entry of an architecture is the one vLLM writes after its own subprocess
 inspection, and a start in a baked cache reads it instead of starting that subprocess."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine import ENGINE_0110, ENGINE_NEXT
+from harness.engine import ENGINE_0110, ENGINE_NEXT
 
 pytestmark = pytest.mark.e2e
 PROBE = Path(__file__).resolve().parents[1] / "modelinfos_probe.py"

@@ -26,8 +26,8 @@ from typing import Dict, Optional
 import pytest
 
 from compat_build import manifest
-from tests.images.containers import TrackedContainers
-from tests.ports import free_port
+from harness.containers import TrackedContainers
+from harness.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -229,7 +229,7 @@ def registry(tmp_path_factory, registry_binary):
 def image_models(tmp_path_factory):
     """Models made by code for the containers, readable by the platform's uid (the container runs
     as a user that owns nothing on this machine)."""
-    from tests.fixtures.factory import build
+    from harness.fixtures.factory import build
 
     base = Path(tempfile.mkdtemp(prefix="image-models-"))
     os.chmod(base, 0o755)

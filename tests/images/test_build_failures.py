@@ -9,7 +9,7 @@ import pytest
 
 from compat_build import manifest
 from tests.images.conftest import python_module
-from tests.ports import free_port
+from harness.ports import free_port
 
 
 def absent_base() -> str:

@@ -82,7 +82,7 @@ def test_a_noexec_tmp_is_said_at_start_and_triaged_with_its_fix(images, containe
     """The platform's start on Docker's default tmpfs (no exec): the launcher says that the
     engine's compiled kernels cannot load from there, and triage names NOEXEC, not `unknown`; with
     the contract's executable /tmp it says nothing. vLLM is `true` here: the start is the point."""
-    from tests.images.containers import platform_run_kwargs
+    from harness.containers import platform_run_kwargs
 
     logs = {}
     for name, tmpfs in (("noexec", {"/tmp": ""}), ("exec", None)):

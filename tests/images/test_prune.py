@@ -22,7 +22,7 @@ from docker.errors import ImageNotFound
 
 from compat_build import local_bases, owner
 from tests.images.conftest import python_module
-from tests.ports import free_port
+from harness.ports import free_port
 
 PROJECT = "io.enginex.card=prune-test"
 

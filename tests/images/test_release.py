@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import TOKEN
 from tests.images.conftest import ROOT, python_module
-from tests.ports import free_port
+from harness.ports import free_port
 
 CARD = "nv-a100@next"
 MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json"

@@ -21,13 +21,13 @@ import pytest
 from common.image_checks.selftest import SHELL_VARS
 from common.triage import triage_file
 from compat_build import manifest
-from tests.cores import cpu_set
-from tests.engine import ENGINES, COMMON_ENV
-from tests.fixtures.factory import author_record
+from harness.cores import cpu_set
+from harness.engine import ENGINES, COMMON_ENV
+from harness.fixtures.factory import author_record
 from tests.images.cards import serving_cards, transformers5_repairs, vanilla_refusing_cards
 from tests.images.conftest import IMAGE_HOME
-from tests.images.containers import platform_run_kwargs
-from tests.ports import free_port
+from harness.containers import platform_run_kwargs
+from harness.ports import free_port
 
 # The platform's arguments in these runs: a small context for the CPU engines, float32 for the
 # greedy proof (the author's reference comes from transformers' generate in float32), and what

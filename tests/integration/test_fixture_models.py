@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.committed import COMMITTED, VARIANTS, generate
-from tests.fixtures.factory import AUTHOR_PYTHON
+from harness.fixtures.committed import COMMITTED, VARIANTS, generate
+from harness.fixtures.factory import AUTHOR_PYTHON
 
 
 @pytest.mark.skipif(not all(p.exists() for p in AUTHOR_PYTHON.values()), reason="needs .venv-author and .venv: run `make author-env venv`")
@@ -17,7 +17,7 @@ def test_committed_fixture_models_match_a_fresh_generation(tmp_path):
         return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
     committed, regenerated = files(COMMITTED), files(fresh)
-    assert sorted(committed) == sorted(regenerated), "run `make fixtures` and commit tests/fixtures/models"
+    assert sorted(committed) == sorted(regenerated), "run `make fixtures` and commit harness/fixtures/models"
     for name, data in regenerated.items():
         assert committed[name] == data, f"{name} differs from a fresh generation: run `make fixtures`"
     assert {p.name for p in COMMITTED.iterdir() if p.is_dir()} == set(VARIANTS)

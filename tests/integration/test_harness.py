@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests import starts
-from tests.cores import bind_string, share
-from tests.engine import ENGINES
-from tests.engine_host import _changed_on_disk, _module_mtimes
-from tests.engine_hosts import forkable
+from harness.cores import bind_string, share
+from harness.engine import ENGINES
+from harness.engine_host import _changed_on_disk, _module_mtimes
+from harness.engine_hosts import forkable
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ import yaml
 from compat_build import manifest, release, render, task_info
 from tests.docker_api import DROP, DockerAPI
 from compat_build.render import HOME
-from tests.ports import free_port
+from harness.ports import free_port
 from tests.integration.test_library_patches import VENVS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +72,7 @@ def test_rendered_context_is_complete_and_lint_clean(tmp_path, card):
     assert filecmp.cmp(ctx / "entrypoint.sh", ROOT / "common" / "entrypoint.sh", shallow=False)
     # The self-test's models: the committed fixtures, byte for byte, copied into the image.
     for model in render.SELFTEST_MODELS:
-        assert not filecmp.dircmp(ctx / "selftest" / "models" / model, ROOT / "tests" / "fixtures" / "models" / model).diff_files
+        assert not filecmp.dircmp(ctx / "selftest" / "models" / model, ROOT / "harness" / "fixtures" / "models" / model).diff_files
         assert (ctx / "selftest" / "models" / model / "config.json").is_file()
     assert f"COPY selftest/ {HOME}/selftest/" in lines
     assert os.access(ctx / "entrypoint.sh", os.X_OK)
@@ -222,11 +222,31 @@ def test_workflow_gates_the_push_on_the_selftest_and_registers_the_pushed_digest
 def test_test_workflow_lints_and_runs_the_unit_tier_on_every_push_and_pull_request():
     flow = yaml.safe_load(TEST_WORKFLOW.read_text())
     assert set(flow[True]) == {"push", "pull_request"} and not flow[True]["push"]  # every branch and tag
-    [job] = flow["jobs"].values()
+    job = flow["jobs"]["lint-and-unit"]
+    assert "if" not in job
     runs = [s.get("run", "") for s in job["steps"]]
     venv, lint, unit = (next(i for i, r in enumerate(runs) if m in r) for m in ("make venv", "make lint", "pytest common/ tests/unit"))
     assert venv < lint and venv < unit
     assert runs[unit].startswith(".venv/bin/python -m pytest")
+
+
+def suite_job(job: dict) -> None:
+    """A job that runs the README's `make test` whole, as CI's entry point does, on a runner with Docker."""
+    assert job["runs-on"] == "docker-host" and job["timeout-minutes"] <= 90
+    assert [s["run"] for s in job["steps"] if "run" in s] == ["CI=true make test"]
+    labels = yaml.safe_load((ROOT / ".gitea" / "actionlint.yaml").read_text())["self-hosted-runner"]["labels"]
+    assert job["runs-on"] in labels
+
+
+def test_make_test_runs_on_pushes_to_main_and_before_any_release_build():
+    flow = yaml.safe_load(TEST_WORKFLOW.read_text())
+    suite = flow["jobs"]["suite"]
+    suite_job(suite)
+    assert suite["if"] == "github.event_name == 'push' && github.ref == 'refs/heads/main'" and suite["needs"] == "lint-and-unit"
+    release = workflow()["jobs"]
+    suite_job(release["suite"])
+    # Nothing of the release runs before it passed: every other job waits on it, directly or not.
+    assert release["matrix"]["needs"] == "suite" and release["image"]["needs"] == "matrix"
 
 
 def test_matrix_output_lists_the_manifest_cards():

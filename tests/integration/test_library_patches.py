@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.factory import author_record
+from harness.fixtures.factory import author_record
 
 ROOT = Path(__file__).resolve().parents[2]
 # transformers 4.55.4: the BI-100 engine venv (its card's Python 3.10 too); 4.57: the dev venv.

@@ -7,7 +7,7 @@ import pytest
 
 from compat_build.platform_client import PlatformClient, PlatformError
 from tests.conftest import TOKEN
-from tests.ports import free_port
+from harness.ports import free_port
 
 
 def test_validate_sends_query_and_accepts_true(platform):

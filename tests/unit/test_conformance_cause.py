@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conformance.matrix import cause
+from conformance.matrix import cause, quoted
+from conformance.models import CACHE
 
 TOKENIZER = "ValueError: Tokenizer class TokenizersBackend does not exist or is not currently imported."
 
@@ -31,3 +32,9 @@ def test_the_launchers_quote_of_a_committed_cause_is_not_this_runs(tmp_path: Pat
 
 def test_a_log_that_is_gone_leaves_the_exception(tmp_path: Path) -> None:
     assert cause("KeyError: 'rope_theta'", tmp_path / "missing.log") == (None, "KeyError: 'rope_theta'")
+
+
+def test_a_quoted_cause_names_no_path_of_this_machine() -> None:
+    # vLLM 0.11 names the model's directory when it cannot load its image processor.
+    line = f"OSError: Can't load image processor for '{CACHE}/models/case-v5-0123/model'. If you were trying"
+    assert quoted(line) == "OSError: Can't load image processor for 'models/case-v5-0123/model'. If you were trying"

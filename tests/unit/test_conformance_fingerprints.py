@@ -42,7 +42,7 @@ def test_a_cells_path_is_its_launcher_repairs_plugin_and_its_own_backport():
         "common/shims/ixformer/contrib/vllm/layers.py",
         "cards/iluvatar-bi100/card.toml",
         "common/engine/profiles/iluvatar-bi100.json",
-        "conformance/engine_worker.py",
+        "harness/engine_worker.py",
     }
     assert on_path <= files, on_path - files
     off_path = {

@@ -9,12 +9,10 @@ the test that runs it (or the same code path), and that test must exist. A comma
 neither fails this test: showing a new command is deciding who keeps it true."""
 
 import gzip
-import importlib.util
 import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +20,6 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from tests.fixtures.committed import COMMITTED, VARIANTS
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -38,12 +35,8 @@ CHEAP = ("explain", "preflight", "triage")
 MAPPED: Dict[str, Tuple[str, ...]] = {
     # The whole suite: CI's entry point runs it.
     "make test": (".ci/run::make test",),
-    # scripts/demo.py, run below on the committed copy of the model it saves; that copy is held to
-    # a fresh save by transformers 5.
-    "make demo": (
-        "tests/unit/test_docs.py::test_make_demo_shows_the_repairs_of_its_transformers5_model",
-        "tests/integration/test_fixture_models.py::test_committed_fixture_models_match_a_fresh_generation",
-    ),
+    # scripts/demo.py on the card's real engine (two starts and doctor).
+    "make demo": ("tests/e2e/test_demo.py::test_make_demo_serves_a_model_the_engine_refuses_with_its_authors_tokens",),
     # doctor asks the card's real engine (its transformers, its vLLM building the model class).
     "python3 -m common doctor /path/to/model --card iluvatar-bi100": (
         "tests/e2e/test_doctor_vs_engine.py::test_doctor_verdict_is_the_engines",
@@ -52,7 +45,7 @@ MAPPED: Dict[str, Tuple[str, ...]] = {
         "common/tests/test_doctor_many.py::test_a_folder_of_models_is_one_row_per_model_and_card_with_one_process_per_card",
         "common/tests/test_doctor_many.py::test_card_all_judges_every_engine_profile",
     ),
-    "python3 -m common doctor tests/fixtures/models --card all": (
+    "python3 -m common doctor harness/fixtures/models --card all": (
         "common/tests/test_doctor_many.py::test_a_folder_of_models_is_one_row_per_model_and_card_with_one_process_per_card",
         "common/tests/test_doctor_many.py::test_card_all_judges_every_engine_profile",
     ),
@@ -291,36 +284,3 @@ def test_the_cheap_commands_shown_run_from_the_repository_root(models, tmp_path)
     with ThreadPoolExecutor(max_workers=4) as pool:
         failures = [f for f in pool.map(run, commands) if f]
     assert not failures, "\n\n".join(failures)
-
-
-def test_make_demo_shows_the_repairs_of_its_transformers5_model(models, tmp_path, monkeypatch):
-    """`make demo` is scripts/demo.py (after `make venv author-env`): it saves a tiny model with
-    transformers 5, then runs the preflight on it. Here the script runs as it is, with the
-    committed copy of that model (tests/fixtures/models/v5-generic, made by the same call and held
-    to a fresh save by tests/integration/test_fixture_models.py) in place of the save, which needs
-    the transformers-5 venv."""
-    spec = importlib.util.spec_from_file_location("demo_script", ROOT / "scripts" / "demo.py")
-    demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(demo)
-    saved, called = [], []
-
-    def save(saved_by, style, dest, *extra):
-        saved.append((saved_by, style, extra))
-        shutil.copytree(models("v5-generic"), dest)
-        return dest
-
-    monkeypatch.setattr(demo, "ROOT", tmp_path)
-    monkeypatch.setattr(demo, "build", save)
-    monkeypatch.setattr(demo.subprocess, "call", lambda cmd, cwd, env: called.append((cmd, env)) or 0)
-    monkeypatch.setattr(sys, "argv", ["demo.py"])
-    assert demo.main() == 0
-    assert saved == [(*VARIANTS["v5-generic"][:2], ("--no-weights", *VARIANTS["v5-generic"][2]))]
-    assert (COMMITTED / "v5-generic").is_dir()
-    [(cmd, env)] = called
-    assert cmd[:3] == [sys.executable, "-m", "common"] and env["COMPAT_ENGINE_PYTHON"] == str(tmp_path / ".venv" / "bin" / "python")
-    # The demo's own command, from the checkout, with this venv as the engine Python it names.
-    env = dict(user_env(tmp_path), COMPAT_WORK_DIR=env["COMPAT_WORK_DIR"])
-    proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
-    for code in ("R3", "R3b", "R5"):
-        assert code in proc.stdout, proc.stdout

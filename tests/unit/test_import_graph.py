@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "common" / "vllm_plugin"
 # Where the project's Python lives; the plugin directory is on the engine's PYTHONPATH, so its
 # packages import each other by absolute name (compat_backports.x).
-PACKAGES = ("common", "conformance", "compat_build", "scripts")
+PACKAGES = ("common", "conformance", "compat_build", "harness", "scripts")
 
 
 def module_file(base: Path, dotted: str) -> Optional[Path]:

@@ -1,4 +1,4 @@
-"""The engine hosts answer torch's vector-instruction probe once (conformance/vec_isa.py): a fork
+"""The engine hosts answer torch's vector-instruction probe once (harness/vec_isa.py): a fork
 of the host compiles for the sets a fresh interpreter's probe found, without probing again, and
 the host itself never asks torch for CUDA (else no fork could start CUDA, and a card's engine that
 reaches for it on the CPU build would refuse otherwise than in the image). Checked with the dev
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HOST = """
 import json, os, subprocess, sys
 import torch
-from conformance import vec_isa
+from harness import vec_isa
 
 answer = vec_isa.answer_once()
 module = vec_isa._module()

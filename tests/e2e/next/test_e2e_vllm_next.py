@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from common.triage import triage_file
-from tests.engine import ENGINE_0110, ENGINE_NEXT, Server, free_port
-from tests.fixtures.factory import author_record, build
+from harness.engine import ENGINE_0110, ENGINE_NEXT, Server, free_port
+from harness.fixtures.factory import author_record, build
 
 pytestmark = [
     pytest.mark.e2e,

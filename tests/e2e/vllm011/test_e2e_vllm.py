@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from common.triage import triage_file
-from tests.fixtures.factory import author_record, build
-from tests.engine import ENGINE_0110, ENGINE_BIN, Server, engine_env, free_port, serve_argv_vanilla
+from harness.fixtures.factory import author_record, build
+from harness.engine import ENGINE_0110, ENGINE_BIN, Server, engine_env, free_port, serve_argv_vanilla
 
 pytestmark = [
     pytest.mark.e2e,

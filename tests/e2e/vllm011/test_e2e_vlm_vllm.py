@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from common.triage import triage_file
-from tests.engine import ENGINE_0110, ENGINE_BIN, ROOT, engine_env, free_port, serve_argv_vanilla
-from tests.fixtures.factory import author_record, build_vlm
+from harness.engine import ENGINE_0110, ENGINE_BIN, ROOT, engine_env, free_port, serve_argv_vanilla
+from harness.fixtures.factory import author_record, build_vlm
 
 pytestmark = [
     pytest.mark.e2e,

@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 from common.rules.support.plugin import PLUGIN_DIR
-from tests.engine import ENGINE_055, ROOT
+from harness.engine import ENGINE_055, ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not ENGINE_055.available(), reason=ENGINE_055.missing_reason)]
 

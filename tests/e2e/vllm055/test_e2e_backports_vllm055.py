@@ -29,9 +29,9 @@ import pytest
 
 from common.triage import triage_file
 from common.vllm_plugin.compat_backports import ENV
-from tests.cores import ranks_env
-from tests.engine import ENGINE_055, ROOT, free_port
-from tests.fixtures.factory import author_record, build
+from harness.cores import ranks_env
+from harness.engine import ENGINE_055, ROOT, free_port
+from harness.fixtures.factory import author_record, build
 
 ENGINE = ENGINE_055
 CARD = "iluvatar-bi100"

@@ -32,9 +32,9 @@ from typing import Dict, List
 import pytest
 
 from common.triage import triage_file
-from tests.cores import ranks_env
-from tests.engine import ENGINE_055, ROOT, free_port
-from tests.fixtures.factory import AUTHOR_PYTHON, build
+from harness.cores import ranks_env
+from harness.engine import ENGINE_055, ROOT, free_port
+from harness.fixtures.factory import AUTHOR_PYTHON, build
 
 ENGINE = ENGINE_055
 CARD = "iluvatar-bi100"

@@ -45,8 +45,8 @@ import pytest
 
 from common.rules.r7_vendor_module_shim import SHIM_DIR
 from common.triage import triage_file
-from tests.engine import ENGINE_055, Server, free_port
-from tests.fixtures.factory import SCRIPT, author_record
+from harness.engine import ENGINE_055, Server, free_port
+from harness.fixtures.factory import SCRIPT, author_record
 
 ENGINE = ENGINE_055
 CARD = "iluvatar-bi100"

@@ -22,8 +22,8 @@ from typing import Dict
 import pytest
 
 from common.triage import triage_file
-from tests.engine import ENGINE_055, Server, free_port, ipc_dir
-from tests.fixtures.factory import SCRIPT, author_record, build
+from harness.engine import ENGINE_055, Server, free_port, ipc_dir
+from harness.fixtures.factory import SCRIPT, author_record, build
 
 ENGINE = ENGINE_055
 CARD = "iluvatar-bi100"
@@ -141,12 +141,12 @@ def test_vanilla_without_chat_template_chat_400_completions_200(bi100_models, se
     model = bi100_models("notemplate")  # saved by transformers 4.57: `dtype`, no `torch_dtype`
     srv = vanilla(server, model)
     assert srv.wait_ready(), srv.log()[-3000:]
-    # The test harness forks the process the server keeps its engine in (tests/engine_host.py),
+    # The test harness forks the process the server keeps its engine in (harness/engine_host.py),
     # where vLLM spawns it: a spawned one runs multiprocessing's spawn_main and imports it all again.
     started = re.search(r"Started engine process with PID (\d+)", srv.log())
     assert started, srv.log()[-3000:]
     assert "spawn_main" not in Path(f"/proc/{started.group(1)}/cmdline").read_text(), "the engine process was spawned"
-    # Its ZeroMQ socket is in the test process's own directory (tests/engine.py `ipc_dir`), not /tmp.
+    # Its ZeroMQ socket is in the test process's own directory (harness/engine.py `ipc_dir`), not /tmp.
     rpc = re.search(r"Multiprocessing frontend to use ipc://(\S+) for RPC Path", srv.log())
     assert rpc and Path(rpc.group(1)).parent == Path(ipc_dir()), srv.log()[-3000:]
     status, body = srv.chat(str(model))

@@ -1,7 +1,7 @@
 """Each engine venv's vLLM cache given vLLM's model-class inspections before the suite starts:
-`python -m tests.vllm_caches [VENV...]` (every engine venv there is when none is named).
+`python -m harness.vllm_caches [VENV...]` (every engine venv there is when none is named).
 
-The tests' engine starts keep vLLM's own cache per venv (tests.engine.vllm_cache). In an empty
+The tests' engine starts keep vLLM's own cache per venv (harness.engine.vllm_cache). In an empty
 one, vLLM >= 0.10 pays a subprocess that imports vLLM again (8-10 s here) the first time each
 architecture is resolved, in whichever test or conformance cell resolves it first: a run from
 empty caches paid that 18 times (14 on 0.11, 4 on 0.32), a warm run never. compat_build/image_steps/
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Iterable, List
 
-from tests.engine import ENGINES, ROOT, Engine, vllm_cache
+from harness.engine import ENGINES, ROOT, Engine, vllm_cache
 
 MARKER = ".modelinfos-baked"
 

@@ -17,10 +17,10 @@ from typing import Dict, List, Optional
 from docker.errors import APIError, NotFound
 
 from compat_build import owner
-from tests.cores import bind_string
-from tests.starts import record
-from tests.engine import START_TIMEOUT_S, Endpoint
-from tests.engine_env import COMMON_ENV
+from harness.cores import bind_string
+from harness.starts import record
+from harness.engine import START_TIMEOUT_S, Endpoint
+from harness.engine_env import COMMON_ENV
 
 # A uid and gid no image knows: the platform may run a container as any user.
 PLATFORM_USER = "54321:54321"
@@ -56,7 +56,7 @@ def platform_run_kwargs(model: Path, env: Optional[Dict[str, str]] = None) -> di
 
 def own_cpuset() -> str:
     """The cores this test process may run on, as Docker's --cpuset-cpus: a container started
-    here runs on the share of the machine its pytest worker has (tests/cores.py), as a process
+    here runs on the share of the machine its pytest worker has (harness/cores.py), as a process
     the worker starts would. Unconfined, the engines in the containers bind their threads from
     the lowest core up (vLLM 0.32 the first, 0.11 every one it sees), onto the other worker's
     core, while this worker's own core waits on them idle."""

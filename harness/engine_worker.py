@@ -1,6 +1,6 @@
 """Run conformance cells inside one engine's venv: the card's launcher, then the engine's greedy ids.
 
-    ENGINE_PYTHON -m conformance.engine_worker CELLS.json RESULTS.jsonl
+    ENGINE_PYTHON -m harness.engine_worker CELLS.json RESULTS.jsonl
 
 One process per engine generation imports torch and vLLM once; each cell runs in a child forked
 from it, so a cell costs the engine's construction and its requests, not the 10-15 s import, and
@@ -13,7 +13,7 @@ the platform would get) and exits. A plan that patched the engine's source runs 
 in a fresh interpreter, so the patched module is the one imported.
 
 Each result line: {"id", "outcome": "answered" | "refused" | "crashed", "tokens", "error",
-"signal", "plan": {"args", "env", "repairs"}, "seconds"}. `refused`: the engine did not come up
+"signal", "plan": {"args", "env", "repairs"}, "seconds", "ran_at"}. `refused`: the engine did not come up
 (what `vllm serve` exits on before it is ready); `crashed`: it came up and the first request
 failed or killed it. The child's whole log goes to the cell's log file, for triage.
 
@@ -34,7 +34,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from conformance import vec_isa
+from harness import vec_isa
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL_TIMEOUT_S = 300
@@ -60,7 +60,7 @@ class Crashed(Exception):
 
 def preload() -> None:
     """What every cell imports: torch, vLLM and its CLI, and torch's answer to its vector
-    instruction probe (conformance/vec_isa.py). Nothing here may run torch work (a child forked
+    instruction probe (harness/vec_isa.py). Nothing here may run torch work (a child forked
     after OpenMP threads started can hang) nor ask torch for CUDA (its forks could not start it).
 
     Last, what was imported leaves the garbage collector's view: every child forked from here
@@ -191,7 +191,7 @@ def run_cell(cell: Dict[str, Any], fd: int, fresh: bool, summary: Dict[str, Any]
         path.write_text(json.dumps(cell))
         sys.stdout.flush()
         os.set_inheritable(fd, True)  # the fresh interpreter answers on the same pipe
-        os.execv(sys.executable, [sys.executable, "-m", "conformance.engine_worker", "--fresh", str(path), str(fd)])
+        os.execv(sys.executable, [sys.executable, "-m", "harness.engine_worker", "--fresh", str(path), str(fd)])
     argv = vllm_argv(model_dir, plan, user_args)
     # What the launcher execs vLLM with: the environment the container started with (the cell's;
     # not this process's own start environment, which launch.original_environ would read), plus
@@ -244,6 +244,7 @@ def _child(cell: Dict[str, Any], fd: int, fresh: bool) -> None:
     os.dup2(log, 2)
     os.chdir(str(ROOT))
     start = time.monotonic()
+    ran_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     summary: Dict[str, Any] = {}
     try:
         result = run_cell(cell, fd, fresh, summary)
@@ -257,6 +258,7 @@ def _child(cell: Dict[str, Any], fd: int, fresh: bool) -> None:
         traceback.print_exc()
         result = {"outcome": "error", "error": f"{type(exc).__name__}: {exc}"[-2000:]}
     result["seconds"] = round(time.monotonic() - start, 2)
+    result["ran_at"] = ran_at
     result["plan"] = summary
     if fresh:
         restore(summary.get("patched", ()))

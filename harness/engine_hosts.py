@@ -1,4 +1,4 @@
-"""The tests' side of tests/engine_host.py: one pre-imported host per engine venv, started on first
+"""The tests' side of harness/engine_host.py: one pre-imported host per engine venv, started on first
 use and stopped with the test process, and the forked starts it makes.
 
 COMPAT_TEST_FORK=0 turns the hosts off: every start is then a process of its own, as before them.
@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from tests.engine_env import COMMON_ENV
-from tests.starts import record
+from harness.engine_env import COMMON_ENV
+from harness.starts import record
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST_START_TIMEOUT_S = 180
@@ -47,7 +47,7 @@ class ForkedProcess:
 
 
 class EngineHost:
-    """One running tests/engine_host.py in an engine venv's Python."""
+    """One running harness/engine_host.py in an engine venv's Python."""
 
     def __init__(self, python: Path, bin_dir: Path) -> None:
         self.python, self.bin = python, bin_dir
@@ -60,7 +60,7 @@ class EngineHost:
         record("host")
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
-                [str(python), "-m", "tests.engine_host", self.socket], cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT
+                [str(python), "-m", "harness.engine_host", self.socket], cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT
             )
         deadline = time.monotonic() + HOST_START_TIMEOUT_S
         while "engine host: ready" not in self.log_path.read_text(errors="replace"):

@@ -2,11 +2,11 @@
 
 An engine start is the expensive thing of the suite: an interpreter, torch, vLLM's import and a
 model build before the first token. Each is recorded where it happens, with the test that made it:
-  server     a `vllm serve` or the image's launcher that execs it (tests/engine.py's Server)
+  server     a `vllm serve` or the image's launcher that execs it (harness/engine.py's Server)
   cell       a conformance cell (the matrix's worker builds an engine per cell)
   container  a container of a card image (its entrypoint: the launcher, the self-test, doctor)
   probe      a script in an engine's Python that imports vLLM (Engine.probe)
-  host       a pre-imported engine (tests/engine_host.py) whose forks are the servers above:
+  host       a pre-imported engine (harness/engine_host.py) whose forks are the servers above:
              one per engine venv and pytest worker, its import paid once
 At the end of a run every test module's count (hosts aside: one per engine venv and worker) is
 held against its line of the budget: a module over its count, or one that starts engines without

@@ -27,10 +27,10 @@ from typing import Dict, List, Optional, Tuple
 
 from common.engine.engines import checkout_venv, make_target
 from common.engine.profile import load_profile
-from tests.engine_env import COMMON_ENV
-from tests.engine_hosts import forkable, host_for
-from tests.ports import free_port
-from tests.starts import record
+from harness.engine_env import COMMON_ENV
+from harness.engine_hosts import forkable, host_for
+from harness.ports import free_port
+from harness.starts import record
 
 ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 240
@@ -155,7 +155,7 @@ ENGINES = {engine.version: engine for engine in (ENGINE_0110, ENGINE_055, ENGINE
 
 class Endpoint:
     """The OpenAI-compatible HTTP API of one vLLM on 127.0.0.1:port, whatever started it (a
-    process here, or a container on the host network: tests/images/containers.py)."""
+    process here, or a container on the host network: harness/containers.py)."""
 
     port: int
 
@@ -234,7 +234,7 @@ class Endpoint:
 class Server(Endpoint):
     """One `vllm serve` (or the launcher that execs it), started by argv, with its whole log kept
     for assertions. A start of an engine venv's `vllm serve` or launcher is a fork of that venv's
-    pre-imported host (tests/engine_host.py) unless `exec_` asks for the launcher's real exec."""
+    pre-imported host (harness/engine_host.py) unless `exec_` asks for the launcher's real exec."""
 
     def __init__(self, argv: List[str], env: Dict[str, str], log: Path, port: int, exec_: bool = False) -> None:
         self.port = port

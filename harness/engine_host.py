@@ -1,9 +1,9 @@
 """One pre-imported engine per engine venv, whose every start is a fork of it.
 
-    ENGINE_PYTHON -m tests.engine_host SOCKET
+    ENGINE_PYTHON -m harness.engine_host SOCKET
 
 A start of vLLM costs an interpreter, torch's and vLLM's import (10-15 s on two cores) before its
-own work. This host pays the import once (what conformance/engine_worker.py preloads) and forks
+own work. This host pays the import once (what harness/engine_worker.py preloads) and forks
 a child per start that then runs exactly what the test asked for, with its argv, environment,
 working directory and log:
   ENGINE/bin/vllm serve ...                  the engine's own CLI, in the child
@@ -16,7 +16,7 @@ sharded, 0.32's always) are forked from the child too, where the CPU platform wo
 import everything again (the cards' accelerator platforms fork them as well), and so is the
 process vLLM 0.5.5's OpenAI server keeps its engine in (spawned there on every platform: the
 engine's code and its work are the same, the import is not paid again).
-Only the exec and these forks differ from the image's; tests/engine.py's Server keeps the real
+Only the exec and these forks differ from the image's; harness/engine.py's Server keeps the real
 exec (and so the spawned processes) for the tests that prove it (`exec_=True`), and so does a start whose plan patched
 the engine's source on disk (H1): the modules this host imported are not the patched ones, so the child then
 execs for real. Each child leads its own session (a kill of its group stops the engine's
@@ -44,7 +44,7 @@ import sys
 import traceback
 from typing import Any, Dict, List, NoReturn, Optional
 
-from conformance.engine_worker import CLIS, preload
+from harness.engine_worker import CLIS, preload
 
 # Exit status of a child whose request could not even be set up.
 SETUP_FAILED = 121

@@ -7,7 +7,7 @@ engines it starts which cores to bind their threads to (vLLM's CPU backend binds
 threads itself: VLLM_CPU_OMP_THREADS_BIND). The image tier's containers get no such variable
 (they run with the environment the platform gives, and vLLM 0.5.5 binds through
 numa_migrate_pages, which a container without CAP_SYS_NICE is refused): Docker confines each to
-its worker's cores instead (--cpuset-cpus, tests/images/containers.py), and the engines inside
+its worker's cores instead (--cpuset-cpus, harness/containers.py), and the engines inside
 bind to what they are allowed. Unconfined, they bound from core 0 up, onto the other worker's
 share, and left their own idle. Standard library only.
 """
