@@ -55,7 +55,7 @@ from .layers.stacking import STACKED, target
 from .layers.text_of_vlm import ServedAsTextV1, tied_by_wrapper
 
 # The DeltaNet's parts in the engine's two merged projections: (engine parameter, checkpoint name,
-# shard); in_proj_qkv is the first three shards at once (SPLIT).
+# shard); in_proj_qkv holds the first three shards at once (q | k | v), split before they load.
 STACKED_V1 = STACKED + (
     ("in_proj_qkvz", "in_proj_qkv", (0, 1, 2)),
     ("in_proj_qkvz", "in_proj_z", 3),
