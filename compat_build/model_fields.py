@@ -5,7 +5,8 @@ code (and the author's, whose function the engine must compute) reads for the mo
 architecture was exercised by an exact conformance cell (common/engine/conformance_cells.py). Which
 fields those are is read here from the code, never listed by hand: the engine's model module of
 each registered architecture (vLLM's registry maps it to a module and class) and the model modules
-it imports, the image's backport of that architecture where the plugin registers one, and the
+it imports, the image's backport of that architecture where the plugin registers one (with the engine's model
+modules it builds on: the V1 Qwen3.5 backport's Qwen3-Next layers), and the
 author's transformers modeling file that defines the class. A field is read where the code says
 `config.NAME`, `self.config.NAME`, `hf_config.NAME`, `text_config.NAME` (and the like), or
 `getattr(config, "NAME", ...)`.
@@ -176,7 +177,7 @@ def engine_models_imported(directory: Path, module: str, package: str, engine_pa
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(engine_package + "."):
                 found.add(node.module[len(engine_package) + 1 :].replace(".", "/"))  # type: ignore[index]
-    return found
+    return found - GENERIC_SIBLINGS  # the engine's helpers, read by every model: no model's fields
 
 
 def registry(models: Path) -> Dict[str, str]:
@@ -277,7 +278,7 @@ def generate(root: Path = ROOT) -> Dict[str, Dict[str, List[str]]]:
             if arch in fitting:  # the backport's reads count where R10 registers it, over the engine's class too
                 fields |= module_fields(BACKPORTS, fitting[arch], "common.vllm_plugin.compat_backports")
                 models = site / "vllm" / "model_executor" / "models"
-                for used in engine_models_imported(BACKPORTS, fitting[arch], "common.vllm_plugin.compat_backports", MODELS_PACKAGE):
+                for used in sorted(engine_models_imported(BACKPORTS, fitting[arch], "common.vllm_plugin.compat_backports", MODELS_PACKAGE)):
                     fields |= module_fields(models, used, MODELS_PACKAGE)
             if fields:
                 table[arch] = sorted(fields)

@@ -855,7 +855,7 @@ LAYER_API = (
     "config.py:ModelConfig.get_layers_block_type",
     "model_executor/models/interfaces.py:has_inner_state",
     "worker/cpu_model_runner.py:CPUModelRunner.prepare_model_input",
-    # The V1 engine's model API (vLLM 0.11), where its layers moved or are new.
+    # The V1 engine's model API (vLLM 0.11): what the backports written for it call (compat_backports' BACKPORTS_V1).
     "model_executor/model_loader/utils.py:initialize_model",
     "model_executor/models/registry.py:_ModelRegistry.register_model",
     "model_executor/layers/rotary_embedding/__init__.py:get_rope",
@@ -866,6 +866,23 @@ LAYER_API = (
     "model_executor/models/utils.py:maybe_prefix",
     "model_executor/models/gemma3.py:Gemma3MLP",
     "model_executor/models/llama.py:LlamaDecoderLayer",
+    "config/__init__.py:VllmConfig.with_hf_config",
+    "compilation/decorators.py:support_torch_compile",
+    "model_executor/models/utils.py:make_empty_intermediate_tensors_factory",
+    "model_executor/model_loader/weight_utils.py:default_weight_loader",
+    "model_executor/models/qwen3_next.py:Qwen3NextGatedDeltaNet",
+    "model_executor/models/qwen3_next.py:Qwen3NextGatedDeltaNet.forward",
+    "model_executor/models/qwen3_next.py:Qwen3NextGatedDeltaNet.fix_query_key_value_ordering",
+    "model_executor/models/qwen3_next.py:Qwen3NextAttention",
+    "model_executor/models/qwen3_next.py:Qwen3NextAttention.forward",
+    "model_executor/models/qwen3_next.py:Qwen3NextModel.forward",
+    "model_executor/models/qwen3_next.py:Qwen3NextModel.get_input_embeddings",
+    "model_executor/models/qwen3_next.py:Qwen3NextSparseMoeBlock",
+    "model_executor/models/qwen2_moe.py:Qwen2MoeMLP",
+    "model_executor/models/interfaces.py:HasInnerState",
+    "model_executor/models/interfaces.py:IsHybrid",
+    "model_executor/layers/mamba/mamba_utils.py:MambaStateShapeCalculator.gated_delta_net_state_shape",
+    "model_executor/layers/mamba/mamba_utils.py:MambaStateDtypeCalculator.gated_delta_net_state_dtype",
 )
 
 

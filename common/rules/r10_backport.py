@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from ..model.headsize import attention_config
 from ..model.json_numbers import integer
-from ..vllm_plugin.compat_backports import BACKPORTS, ENV, fitting, replacing, written_for
+from ..vllm_plugin.compat_backports import BACKPORTS, ENV, OWN_POOL, fitting, replacing, written_for
 from ..vllm_plugin.compat_backports.layers.heads import layer_heads, widest_head_edits
 from ..engine.vllm_args import int_arg, switch_arg
 from ..vllm_plugin.compat_plugin import PLUGIN_NAME
@@ -190,15 +190,18 @@ class Backport(Rule):
             ctx.config_edits.update(repair.config_edits)
             repair.detail += "; its layers take their own sliding windows (the engine-wide window off: use_sliding_window false)"
         if backport.recurrent:
-            refused = state_refusals(ctx, text)
+            refused = state_refusals(ctx, text, backport.recurrent)
             if refused:
-                # The backport refuses these at start (qwen3_5.py): said here, before the start.
+                # The backport refuses these at start (qwen3_5.py, qwen3_5_v1.py): said here, before the start.
                 outcome.findings.append(
-                    self.finding("error", f"{arch} is served by the image's backport, which keeps each sequence's state itself: {refused}")
+                    self.finding("error", f"{arch} is served by the image's backport, which keeps a state per sequence: {refused}")
                 )
                 return outcome
-            # Its state pool is indexed by the batch's sequences in Python each step; a CUDA graph
-            # would replay the slots of the batch it was captured with.
+        if backport.recurrent == OWN_POOL:
+            # vLLM 0.5.5's backport keeps the states in a pool of its own, indexed by the batch's
+            # sequences in Python each step; a CUDA graph would replay the slots of the batch it
+            # was captured with. (A V1 backport's states are the engine's, in its own cache, whose
+            # slots its CUDA graphs read from the metadata as for the engine's own hybrids.)
             repair.args = ["--enforce-eager"]
             repair.detail += "; it keeps each sequence's recurrent state itself (started with --enforce-eager: no CUDA graphs)"
         if backport.heads and not backport.widest_heads:
@@ -260,11 +263,12 @@ def mixed_page_sizes(text: dict, tp: int) -> str:
     return "; ".join(f"{kind} {sorted(sizes)}" for kind, sizes in sorted(pages.items())) + " KV heads x head size a rank"
 
 
-def state_refusals(ctx: Context, text: dict) -> str:
+def state_refusals(ctx: Context, text: dict, kept: str) -> str:
     """What the platform's arguments ask that a backport with per-sequence state cannot serve
     ("" when nothing): pipeline stages, linear-attention heads that do not split over the
-    tensor-parallel ranks (each rank keeps whole heads' states), or a prefix cache (a cached
-    prefix has no state)."""
+    tensor-parallel ranks (each rank keeps whole heads' states), or, where the backport keeps
+    the states in a pool of its own (`kept`), a prefix cache (a cached prefix has no state; the
+    V1 engine turns prefix caching off for a hybrid by itself, and serves it)."""
 
     asked = []
     pp = int_arg(ctx.user, "--pipeline-parallel-size")
@@ -274,7 +278,7 @@ def state_refusals(ctx: Context, text: dict) -> str:
     keys = text.get("linear_num_key_heads")
     if tp > 1 and integer(keys) is not None and keys % tp:
         asked.append(f"--tensor-parallel-size {tp} (its {keys} linear-attention key heads do not split over {tp} ranks)")
-    if switch_arg(ctx.user, "--enable-prefix-caching"):
+    if kept == OWN_POOL and switch_arg(ctx.user, "--enable-prefix-caching"):
         asked.append("--enable-prefix-caching (a cached prefix has no recurrent state to continue from)")
     return "; ".join(asked)
 

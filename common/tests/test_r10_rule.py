@@ -13,7 +13,7 @@ import pytest
 from common.engine.profile import PROFILE_DIR, Profile
 from common.rules.support.plugin import PLUGIN_DIR
 from common.triage import triage_file
-from common.vllm_plugin.compat_backports import BACKPORTS, BACKPORTS_055, ENV, LAYERS_055, fitting
+from common.vllm_plugin.compat_backports import BACKPORTS, BACKPORTS_055, BACKPORTS_V1, ENV, LAYERS_055, LAYERS_V1, fitting, written_for
 
 from common.tests.helpers import ROOT, model_dir, preflight_json
 
@@ -198,6 +198,22 @@ def test_every_backport_fits_the_bi100_profile_and_calls_only_probed_api():
         for backport in generations:
             assert set(backport.requires) <= set(snapshot_engine.LAYER_API), (arch, backport.module)
     assert set(LAYERS_055) <= set(snapshot_engine.LAYER_API)
+    assert set(LAYERS_V1) <= set(snapshot_engine.LAYER_API)
+
+
+@pytest.mark.parametrize("card", ["nv-a100", "hygon-k100"])
+def test_each_generation_fits_its_own_engine_only(card):
+    """R10 picks per engine the backport whose calls its layer API holds: the V1 engine's on the
+    0.11 cards (snapshotted from vLLM 0.11), 0.5.5's on the BI-100; each generation's table calls
+    something the other engine lacks, so neither fits the other's engine."""
+    v1, bi100 = Profile(profile_data(card)), Profile(profile_data("iluvatar-bi100"))
+    for arch, backport in BACKPORTS_V1.items():
+        assert fitting(arch, v1.layer_api) == (backport, []), arch
+        assert fitting(arch, bi100.layer_api) == (BACKPORTS_055[arch], []), arch
+        assert written_for(arch) == ["vLLM 0.5.5's model API", "the V1 engine's model API (vLLM 0.11)"]
+    for arch, backport in BACKPORTS_055.items():
+        chosen, missing = fitting(arch, v1.layer_api)
+        assert chosen is not backport or missing, arch  # the 0.5.5 model API is not the V1 engine's
 
 
 def test_triage_names_r10_for_the_refusal_of_a_backported_class(tmp_path):
@@ -473,15 +489,15 @@ def test_qwen35_moe_gets_its_backport_on_the_engines_fused_moe(tmp_path):
     assert "model_executor/layers/fused_moe/layer.py:FusedMoE" in repair.engine_check["requires"]
 
 
-def qwen35_r10(tmp_path, args):
-    """R10's outcome for Qwen3.5 on the BI-100 under the platform's `args`."""
+def qwen35_r10(tmp_path, args, card="iluvatar-bi100"):
+    """R10's outcome for Qwen3.5 on `card` (the BI-100 by default) under the platform's `args`."""
     from common.model.facts import gather_facts
     from common.model.modeldir import ModelDir
     from common.rules import Context, r10_backport
     from common.engine.vllm_args import UserArgs
 
     model = ModelDir(str(model_dir(tmp_path / "m", {"config.json": QWEN35})))
-    ctx = Context(model=model, profile=Profile(profile_data("iluvatar-bi100")), facts=gather_facts(model), user=UserArgs(args), env={})
+    ctx = Context(model=model, profile=Profile(profile_data(card)), facts=gather_facts(model), user=UserArgs(args), env={})
     return r10_backport.RULE.check(ctx)
 
 
@@ -507,3 +523,35 @@ def test_qwen35_shards_its_heads_over_the_ranks(tmp_path, args):
     """Each rank keeps whole heads' states: any size that divides the 16 key heads starts."""
     outcome = qwen35_r10(tmp_path, args)
     assert outcome.findings == [] and [r.args for r in outcome.repairs] == [["--enforce-eager"]]
+
+
+@pytest.mark.parametrize("card", ["nv-a100", "hygon-k100"])
+def test_qwen35_gets_its_v1_backport_on_the_011_cards_with_cuda_graphs(tmp_path, card):
+    """On the V1 engine the states are the engine's (its mamba-style cache, its CUDA graphs): no
+    --enforce-eager; the engine's own Qwen3-Next layers are asked of the engine before the start."""
+    r10, r4 = outcome_on(profile_data(card), QWEN35, tmp_path)
+    [repair] = r10.repairs
+    assert repair.env[ENV] == "Qwen3_5ForConditionalGeneration:qwen3_5_v1" and r4.findings == [] and r10.findings == []
+    assert repair.args == [] and repair.config_edits == {}
+    assert "model_executor/models/qwen3_next.py:Qwen3NextGatedDeltaNet" in repair.engine_check["requires"]
+    moe = dict(QWEN35_TEXT, architectures=["Qwen3_5MoeForCausalLM"], model_type="qwen3_5_moe_text", num_experts=256)
+    [repair] = outcome_on(profile_data(card), moe, tmp_path / "moe")[0].repairs
+    assert repair.env[ENV] == "Qwen3_5MoeForCausalLM:qwen3_5_moe_v1" and repair.args == []
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--tensor-parallel-size", "3"], "--tensor-parallel-size 3 (its 16 linear-attention key heads do not split over 3 ranks)"),
+        (["--pipeline-parallel-size", "2"], "--pipeline-parallel-size 2"),
+    ],
+)
+def test_qwen35_v1_refuses_what_its_backport_refuses(tmp_path, args, said):
+    [finding] = qwen35_r10(tmp_path, args, "nv-a100").findings
+    assert finding.severity == "error" and said in finding.message, finding.message
+
+
+def test_qwen35_v1_serves_a_prefix_cache_start(tmp_path):
+    """The V1 engine turns prefix caching off for a hybrid by itself (and serves it): no refusal."""
+    outcome = qwen35_r10(tmp_path, ["--enable-prefix-caching", "-tp", "2"], "nv-a100")
+    assert outcome.findings == [] and [(r.code, r.args) for r in outcome.repairs] == [("R10", [])]

@@ -134,8 +134,9 @@ def register_backports(env: Dict[str, str]) -> None:
             # Its windowed layers are served right only by a backend that honours each one's
             # window (vLLM 0.5.5's CPU build; the V1 engine's Attention takes each layer's own).
             cpu_windows.install(_log())
-        if backport.recurrent:
-            # Its per-sequence state is kept only where the model runner hands it its requests.
+        if backport.recurrent == backports.OWN_POOL:
+            # Its per-sequence state is kept only where the model runner hands it its requests
+            # (vLLM 0.5.5's protocol; a V1 engine keeps a hybrid's states itself).
             cpu_requests.install(_log())
 
 

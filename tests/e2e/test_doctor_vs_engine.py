@@ -322,10 +322,10 @@ CASES: List[Case] = [
         "nv-a100",
         "qwen3_5-model-type",
         _config(qwen3_5),
-        "fails",
-        # The image reads the config with its own class (R12); the engine lacks the architecture,
-        # and the image's backport is written against 0.5.5's layers, which 0.11 lacks.
-        ("R10",),
+        "starts",
+        # The image reads the config with its own class (R12) and serves it with its backport
+        # written for the V1 engine's model API, on 0.11's own Qwen3-Next layers (R10).
+        ("R12", "R10"),
         "has model type `qwen3_5_text` but Transformers does not recognize this architecture",
     ),
     Case("nv-a100", "remote-code", _config(remote_code), "fails", ("REMOTE_CODE",), "contains custom code which must be executed"),

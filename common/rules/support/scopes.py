@@ -75,7 +75,6 @@ C1_ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
         "HunYuanDenseV1ForCausalLM",
         "Llama4ForCausalLM",
         "MptForCausalLM",
-        "Qwen3NextForCausalLM",
         "StableLmForCausalLM",
     ),
     "iluvatar-bi100": (
@@ -94,7 +93,6 @@ C1_ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
         "HunYuanDenseV1ForCausalLM",
         "Llama4ForCausalLM",
         "MptForCausalLM",
-        "Qwen3NextForCausalLM",
         "StableLmForCausalLM",
     ),
     "nv-a100@next": (

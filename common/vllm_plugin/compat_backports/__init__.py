@@ -81,17 +81,30 @@ EXPERTS_055: Dict[str, Tuple[str, ...]] = {
 MODEL_API_055 = "vLLM 0.5.5's model API"
 MODEL_API_V1 = "the V1 engine's model API (vLLM 0.11)"
 
+# Where a backport that keeps a state per sequence keeps it (`Backport.recurrent`), which decides
+# what the engine must be told, per engine generation:
+# - OWN_POOL (vLLM 0.5.5's model API: qwen3_5.py): a pool of the model's own, whose slots it finds
+#   from the request ids the model runner hands a model with inner state (Jamba's protocol). The
+#   GPU runner does so; the CPU runner is taught it (compat_patches/cpu_requests.py). A CUDA graph
+#   would replay the slots of the batch it was captured with: R10 adds --enforce-eager. A cached
+#   prefix has no state to continue from: R10 refuses --enable-prefix-caching.
+# - ENGINE_CACHE (the V1 engine's: qwen3_5_v1.py): the engine's own mamba-style cache, sized from
+#   the model's state shapes, its slots in the forward context's metadata. Nothing to teach the
+#   runner, CUDA graphs as the engine captures them for its own hybrids (Qwen3-Next), and the
+#   engine turns prefix caching off for a hybrid by itself.
+OWN_POOL = "own pool"
+ENGINE_CACHE = "engine cache"
+
 
 class Backport:
     """One backported class: the module of this package that defines it and the API it calls.
     `windows`: its layers carry their own sliding windows (windows.py). `heads`: its layers have
     head sizes of their own (heads.py). What the engine must be told of them depends on its
-    generation (the properties below). `recurrent`: it keeps a
-    state per sequence (qwen3_5.py): the CPU runner is taught to hand it its requests
-    (compat_patches/cpu_requests.py), and R10 starts it without CUDA graphs. `replaces`: the engine has
-    the class and computes some configurations differently: trait -> what the engine does, in
-    R10's words (the traits R10 reads: REPLACED_FOR); the backport replaces it for a model with
-    one of them only."""
+    generation (the properties below). `recurrent`: where it keeps a state per sequence ("" when
+    it keeps none; OWN_POOL or ENGINE_CACHE, above): each rank then holds whole heads' states,
+    and R10 refuses what the backport cannot serve. `replaces`: the engine has the class and
+    computes some configurations differently: trait -> what the engine does, in R10's words (the
+    traits R10 reads: REPLACED_FOR); the backport replaces it for a model with one of them only."""
 
     __slots__ = ("architecture", "module", "requires", "windows", "heads", "recurrent", "replaces", "generation")
 
@@ -102,7 +115,7 @@ class Backport:
         requires: Mapping[str, Sequence[str]],
         windows: bool = False,
         heads: bool = False,
-        recurrent: bool = False,
+        recurrent: str = "",
         replaces: Optional[Mapping[str, str]] = None,
     ) -> None:
         self.architecture, self.module, self.requires = architecture, module, dict(requires)
@@ -259,11 +272,11 @@ BACKPORTS_055: Dict[str, Backport] = {
     "Mistral3ForConditionalGeneration": Backport("Mistral3ForConditionalGeneration", "ministral3", dict(LAYERS_055, **YARN_055)),
     "Gemma4ForCausalLM": Backport("Gemma4ForCausalLM", "gemma4", GEMMA4_API, windows=True, heads=True),
     "Gemma4ForConditionalGeneration": Backport("Gemma4ForConditionalGeneration", "gemma4", GEMMA4_API, windows=True, heads=True),
-    "Qwen3_5ForCausalLM": Backport("Qwen3_5ForCausalLM", "qwen3_5", QWEN3_5_API, recurrent=True),
-    "Qwen3_5ForConditionalGeneration": Backport("Qwen3_5ForConditionalGeneration", "qwen3_5", QWEN3_5_API, recurrent=True),
-    "Qwen3_5MoeForCausalLM": Backport("Qwen3_5MoeForCausalLM", "qwen3_5_moe", dict(QWEN3_5_API, **EXPERTS_055), recurrent=True),
+    "Qwen3_5ForCausalLM": Backport("Qwen3_5ForCausalLM", "qwen3_5", QWEN3_5_API, recurrent=OWN_POOL),
+    "Qwen3_5ForConditionalGeneration": Backport("Qwen3_5ForConditionalGeneration", "qwen3_5", QWEN3_5_API, recurrent=OWN_POOL),
+    "Qwen3_5MoeForCausalLM": Backport("Qwen3_5MoeForCausalLM", "qwen3_5_moe", dict(QWEN3_5_API, **EXPERTS_055), recurrent=OWN_POOL),
     "Qwen3_5MoeForConditionalGeneration": Backport(
-        "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", dict(QWEN3_5_API, **EXPERTS_055), recurrent=True
+        "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", dict(QWEN3_5_API, **EXPERTS_055), recurrent=OWN_POOL
     ),
     # Classes the engine has, replaced for the configurations it computes differently.
     "MistralForCausalLM": Backport("MistralForCausalLM", "model_windows", MODEL_WINDOW_API, windows=True, replaces=WINDOW_BY_BLOCKS),
@@ -291,6 +304,76 @@ BACKPORTS_055: Dict[str, Backport] = {
     ),
 }
 
+
+# What a model written against the V1 engine's model API (vLLM 0.11) calls. Its conventions: the
+# loader builds a model as `cls(vllm_config=, prefix=)` (the registry below registers it), attention
+# and linear attention read their caches and metadata from the forward context (no kv_cache or
+# attn_metadata arguments: the engine's own layers below do), the logits processor takes no
+# sampling metadata, and the engine compiles the model (support_torch_compile).
+LAYERS_V1: Dict[str, Tuple[str, ...]] = {
+    "model_executor/models/registry.py:_ModelRegistry.register_model": ("model_arch", "model_cls"),
+    "config/__init__.py:VllmConfig.with_hf_config": ("hf_config",),
+    "compilation/decorators.py:support_torch_compile": (),
+    "model_executor/layers/linear.py:MergedColumnParallelLinear": ("input_size", "output_sizes", "bias", "quant_config", "prefix"),
+    "model_executor/layers/layernorm.py:GemmaRMSNorm": ("hidden_size", "eps"),
+    "model_executor/layers/vocab_parallel_embedding.py:VocabParallelEmbedding": ("num_embeddings", "embedding_dim"),
+    "model_executor/layers/vocab_parallel_embedding.py:ParallelLMHead": ("num_embeddings", "embedding_dim", "prefix"),
+    "model_executor/layers/logits_processor.py:LogitsProcessor": ("vocab_size",),
+    "model_executor/layers/logits_processor.py:LogitsProcessor.forward": ("lm_head", "hidden_states"),
+    "model_executor/models/utils.py:make_layers": ("num_hidden_layers", "layer_fn", "prefix"),
+    "model_executor/models/utils.py:make_empty_intermediate_tensors_factory": ("keys", "hidden_size"),
+    "model_executor/models/utils.py:extract_layer_index": ("layer_name",),
+    "model_executor/models/utils.py:maybe_prefix": ("prefix", "name"),
+    "model_executor/model_loader/weight_utils.py:default_weight_loader": ("param", "loaded_weight"),
+}
+
+# Qwen3.5 on the engine's own Qwen3-Next layers (V1 engines only: none of these is in 0.5.5): its
+# Gated DeltaNet (whose projection layout the backport overrides), gated attention, model loop,
+# dense MLP, and the state the engine keeps for a hybrid (its interfaces and the state shapes).
+QWEN3_NEXT_V1: Dict[str, Tuple[str, ...]] = {
+    "model_executor/models/qwen3_next.py:Qwen3NextGatedDeltaNet": (
+        "config",
+        "model_config",
+        "cache_config",
+        "quant_config",
+        "speculative_config",
+        "prefix",
+    ),
+    "model_executor/models/qwen3_next.py:Qwen3NextGatedDeltaNet.forward": ("hidden_states", "output"),
+    "model_executor/models/qwen3_next.py:Qwen3NextGatedDeltaNet.fix_query_key_value_ordering": ("mixed_qkvz", "mixed_ba"),
+    "model_executor/models/qwen3_next.py:Qwen3NextAttention": ("config", "model_config", "cache_config", "quant_config", "prefix"),
+    "model_executor/models/qwen3_next.py:Qwen3NextAttention.forward": ("positions", "output", "hidden_states"),
+    "model_executor/models/qwen3_next.py:Qwen3NextModel.forward": ("input_ids", "positions", "intermediate_tensors", "inputs_embeds"),
+    "model_executor/models/qwen3_next.py:Qwen3NextModel.get_input_embeddings": ("input_ids",),
+    "model_executor/models/qwen2_moe.py:Qwen2MoeMLP": ("hidden_size", "intermediate_size", "hidden_act", "quant_config", "prefix"),
+    "model_executor/models/interfaces.py:HasInnerState": (),
+    "model_executor/models/interfaces.py:IsHybrid": (),
+    "model_executor/layers/mamba/mamba_utils.py:MambaStateShapeCalculator.gated_delta_net_state_shape": (
+        "tp_world_size",
+        "num_k_heads",
+        "num_v_heads",
+        "head_k_dim",
+        "head_v_dim",
+        "conv_kernel_size",
+        "num_spec",
+    ),
+    "model_executor/layers/mamba/mamba_utils.py:MambaStateDtypeCalculator.gated_delta_net_state_dtype": (
+        "model_dtype",
+        "mamba_cache_dtype",
+    ),
+}
+
+# The MoE's experts: the engine's Qwen3-Next expert block, loaded as layers/experts.py loads them.
+QWEN3_NEXT_MOE_V1: Dict[str, Tuple[str, ...]] = {
+    "model_executor/models/qwen3_next.py:Qwen3NextSparseMoeBlock": ("vllm_config", "prefix"),
+    "model_executor/layers/fused_moe/layer.py:FusedMoE.make_expert_params_mapping": EXPERTS_055[
+        "model_executor/layers/fused_moe/layer.py:FusedMoE.make_expert_params_mapping"
+    ],
+    "model_executor/models/utils.py:is_pp_missing_parameter": ("name", "model"),
+}
+
+QWEN3_5_V1_API = dict(LAYERS_V1, **QWEN3_NEXT_V1)
+QWEN3_5_MOE_V1_API = dict(QWEN3_5_V1_API, **QWEN3_NEXT_MOE_V1)
 
 # What Gemma 4's backport for the V1 engine calls (gemma4_v1.py, with the layers it shares with
 # 0.5.5's). The first entries are the generation's conventions: the loader builds a model as
@@ -372,6 +455,12 @@ BACKPORTS_V1: Dict[str, Backport] = {
     "Gemma4ForCausalLM": Backport("Gemma4ForCausalLM", "gemma4_v1", GEMMA4_V1, windows=True, heads=True),
     "Gemma4ForConditionalGeneration": Backport("Gemma4ForConditionalGeneration", "gemma4_v1", GEMMA4_V1, windows=True, heads=True),
     "Ministral3ForCausalLM": Backport("Ministral3ForCausalLM", "ministral3_v1", MINISTRAL3_V1),
+    "Qwen3_5ForCausalLM": Backport("Qwen3_5ForCausalLM", "qwen3_5_v1", QWEN3_5_V1_API, recurrent=ENGINE_CACHE),
+    "Qwen3_5ForConditionalGeneration": Backport("Qwen3_5ForConditionalGeneration", "qwen3_5_v1", QWEN3_5_V1_API, recurrent=ENGINE_CACHE),
+    "Qwen3_5MoeForCausalLM": Backport("Qwen3_5MoeForCausalLM", "qwen3_5_moe_v1", QWEN3_5_MOE_V1_API, recurrent=ENGINE_CACHE),
+    "Qwen3_5MoeForConditionalGeneration": Backport(
+        "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe_v1", QWEN3_5_MOE_V1_API, recurrent=ENGINE_CACHE
+    ),
 }
 
 # Each generation's table, oldest first, with the model API its backports are written for.

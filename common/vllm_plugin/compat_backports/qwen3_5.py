@@ -44,13 +44,12 @@ from vllm.model_executor.utils import set_weight_attrs
 
 from .layers import gated_delta
 from .layers.decoder import DecoderAttention, DecoderForCausalLM, GatedMLP, fused_norm, layer_index
+from .layers.hybrid import FULL, LINEAR, NO_PIPELINE, check_activation, layer_types, linear_heads, without_mtp
 from .layers.sequence_state import SequenceSlots
 from .layers.text_of_vlm import ServedAsText, tied_by_wrapper
-from .layers.windows import FULL
 
 logger = logging.getLogger("vllm.compat_backports.qwen3_5")
 
-LINEAR = "linear_attention"
 # Slots the state pool starts with when the engine does not say how many sequences it runs.
 DEFAULT_SLOTS = 8
 
@@ -174,17 +173,6 @@ def _prompt_runs(meta: AttentionMetadata) -> Tuple[List[Tuple[int, int, int]], i
     return [(bounds[i], bounds[i + 1] - bounds[i], contexts[i]) for i in range(count)], bounds[-1]
 
 
-def linear_heads(config, ranks: int) -> Tuple[int, int]:
-    """(key heads, value heads) of one rank's Gated DeltaNet layers; ValueError where they do not
-    split over the ranks or the value heads do not group over the key heads."""
-    keys, values = config.linear_num_key_heads, config.linear_num_value_heads
-    if values % keys:
-        raise ValueError(f"Qwen3.5 backport: {values} value heads do not group over {keys} key heads")
-    if keys % ranks:
-        raise ValueError(f"Qwen3.5 backport: {keys} linear-attention key heads do not split over {ranks} ranks")
-    return keys // ranks, values // ranks
-
-
 def _head_share(param: nn.Parameter, loaded: torch.Tensor) -> None:
     """A per-value-head vector (dt_bias, A_log): this rank's heads."""
     share = param.shape[0]
@@ -283,11 +271,7 @@ class Qwen3_5Model(nn.Module):
     def __init__(self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None) -> None:
         super().__init__()
         self.config = config
-        types = list(config.layer_types)
-        unknown = sorted(set(types) - {LINEAR, FULL})
-        if len(types) != config.num_hidden_layers or unknown:
-            raise ValueError(f"Qwen3.5 backport: layer_types {unknown or len(types)} do not describe {config.num_hidden_layers} layers")
-        self.types = types
+        self.types = types = layer_types(config)
         # Each Gated DeltaNet layer's place in the state pool; each attention layer's in the KV
         # caches when the engine pages them for the attention layers only (the GPU cache engine).
         self.state_index = {i: n for n, i in enumerate(i for i, t in enumerate(types) if t == LINEAR)}
@@ -328,7 +312,7 @@ class Qwen3_5ForCausalLM(DecoderForCausalLM):
         self, config, cache_config: Optional[CacheConfig] = None, quant_config: Optional[QuantizationConfig] = None, scheduler_config=None
     ) -> None:
         if get_pp_group().world_size > 1:
-            raise ValueError("Qwen3.5 backport: pipeline parallelism is not supported yet (start it on one pipeline stage)")
+            raise ValueError(NO_PIPELINE)
         if cache_config is not None and getattr(cache_config, "enable_prefix_caching", False):
             raise ValueError(
                 "Qwen3.5 backport: prefix caching cannot serve a recurrent model "
@@ -347,10 +331,7 @@ class Qwen3_5ForCausalLM(DecoderForCausalLM):
             capacity,
         )
 
-    @staticmethod
-    def check_config(config) -> None:
-        if config.hidden_act != "silu":
-            raise ValueError(f"Qwen3.5 backport: activation {config.hidden_act!r}; the Gated DeltaNet layers use SiLU")
+    check_config = staticmethod(check_activation)
 
     def forward(
         self,
@@ -377,18 +358,7 @@ class Qwen3_5ForCausalLM(DecoderForCausalLM):
         return self.model(input_ids, positions, kv_caches, attn_metadata, step)
 
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
-        skipped = []
-
-        def kept(weights: Iterable[Tuple[str, torch.Tensor]]) -> Iterable[Tuple[str, torch.Tensor]]:
-            for name, tensor in weights:
-                if name.startswith("mtp."):
-                    skipped.append(name)  # the multi-token-prediction head: speculative decoding only
-                else:
-                    yield name, tensor
-
-        super().load_weights(kept(weights))
-        if skipped:
-            logger.info("Qwen3.5 backport: %d multi-token-prediction tensors (mtp.*) not loaded", len(skipped))
+        super().load_weights(without_mtp(weights))
 
 
 class Qwen3_5ForConditionalGeneration(ServedAsText, Qwen3_5ForCausalLM):

@@ -20,7 +20,8 @@ from vllm.model_executor.layers.quantization.base_config import QuantizationConf
 
 from .layers.decoder import GatedMLP
 from .qwen3_5 import Qwen3_5DecoderLayer, Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3_5Model
-from .qwen3_moe import Qwen3MoeSparseBlock, expert_tensors
+from .layers.experts import expert_tensors
+from .qwen3_moe import Qwen3MoeSparseBlock
 
 
 class Qwen3_5MoeSparseBlock(Qwen3MoeSparseBlock):

@@ -24,9 +24,9 @@ from vllm.config import CacheConfig
 from vllm.model_executor.layers.fused_moe import FusedMoE
 from vllm.model_executor.layers.linear import ReplicatedLinear
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
-from vllm.model_executor.models.utils import is_pp_missing_parameter
 
 from .layers.decoder import DecoderForCausalLM, DecoderLayer, DecoderModel, layer_index
+from .layers.experts import expert_tensors
 
 
 class Qwen3MoeSparseBlock(nn.Module):
@@ -71,29 +71,6 @@ class Qwen3MoeModel(DecoderModel):
             return DecoderLayer(config, cache_config, quant_config, mlp=mlp)
 
         super().__init__(config, cache_config, quant_config, layer_fn=layer)
-
-
-def expert_tensors(model: nn.Module, num_experts: int, weights: Iterable[Tuple[str, torch.Tensor]]) -> Iterable[Tuple[str, torch.Tensor]]:
-    """Loads each expert's checkpoint tensor (`mlp.experts.{e}.gate_proj` ...) into the FusedMoE
-    layers' stacked weights of `model`; yields every other tensor, for the dense loader."""
-    mapping = FusedMoE.make_expert_params_mapping(
-        ckpt_gate_proj_name="gate_proj",
-        ckpt_down_proj_name="down_proj",
-        ckpt_up_proj_name="up_proj",
-        num_experts=num_experts,
-    )
-    params = dict(model.named_parameters())
-    for name, loaded in weights:
-        expert = next((m for m in mapping if m[1] in name), None) if ".mlp.experts." in name else None
-        if expert is None:
-            yield name, loaded
-            continue
-        param_name, weight_name, expert_id, shard_id = expert
-        name = name.replace(weight_name, param_name)
-        if is_pp_missing_parameter(name, model):
-            continue
-        param = params[name]
-        param.weight_loader(param, loaded, name, shard_id=shard_id, expert_id=expert_id)
 
 
 class Qwen3MoeForCausalLM(DecoderForCausalLM):

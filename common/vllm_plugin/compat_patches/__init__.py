@@ -46,7 +46,7 @@ LEDGER: Tuple[Patch, ...] = (
         "vllm.worker.cpu_model_runner.CPUModelRunner (its model input and execute_model)",
         "the CPU runner hands a model with recurrent state neither its requests nor the finished ones, which the GPU "
         "runner does (Jamba's protocol): Qwen3.5's Gated DeltaNet state per sequence",
-        "vLLM 0.5.x CPU builds, when a backport with recurrent=True is registered",
+        "vLLM 0.5.x CPU builds, when a backport keeping its states in a pool of its own (recurrent=OWN_POOL) is registered",
         "the Qwen3.5 backport leaves (an engine with Qwen3.5 of its own)",
     ),
 )

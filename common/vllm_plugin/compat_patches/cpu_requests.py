@@ -4,8 +4,9 @@ vLLM 0.5.5's GPU model runner gives a model whose layers are not all attention (
 config's `layers_block_type`, Jamba's) two more arguments each step: `request_ids_to_seq_ids`
 (the batch's requests, in batch order, with their sequence ids) and `finished_requests_ids`. Its
 CPU runner gives neither: the scheduler's finished ids reach `prepare_model_input` and stop there.
-Installed by the plugin when it registers a backport that keeps per-sequence state
-(Backport.recurrent), this teaches the CPU runner the GPU runner's protocol: its model input
+Installed by the plugin when it registers a backport that keeps per-sequence state in a pool of
+its own (Backport.recurrent == OWN_POOL: the 0.5.5 generation's; a V1 engine keeps a hybrid's
+states itself), this teaches the CPU runner the GPU runner's protocol: its model input
 carries both (broadcast to the other workers with the rest of the input), and `execute_model`
 passes them to such a model's forward. Every other model runs the engine's code unchanged; on
 the card the vendor's GPU runner passes them itself.

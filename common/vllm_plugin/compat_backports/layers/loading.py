@@ -13,24 +13,9 @@ from torch import nn
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.utils import is_pp_missing_parameter
 
-# (engine parameter, checkpoint name, shard) of the projections the engine stacks into one matrix.
-STACKED = (
-    ("qkv_proj", "q_proj", "q"),
-    ("qkv_proj", "k_proj", "k"),
-    ("qkv_proj", "v_proj", "v"),
-    ("gate_up_proj", "gate_proj", 0),
-    ("gate_up_proj", "up_proj", 1),
-)
+from .stacking import target as stacked_target  # what the engines stack, by checkpoint name
+
 Target = Callable[[str], Tuple[str, object]]
-
-
-def stacked_target(name: str) -> Tuple[str, object]:
-    """(engine parameter, shard) a checkpoint tensor loads into; shard None: a whole parameter.
-    An MoE expert is a gated MLP too: `mlp.experts.3.gate_proj` stacks as the dense one does."""
-    for param_name, weight_name, shard in STACKED:
-        if weight_name in name:
-            return name.replace(weight_name, param_name), shard
-    return name, None
 
 
 def load_checkpoint(
