@@ -42,9 +42,11 @@ vllm/distributed/utils.py), in its config checks of the model at the parallel si
 the engine's exception type and message and the file:line of the raising frame (a pydantic
 ValidationError is unwrapped to what the engine raised). ok null ("cannot tell"): vLLM is not
 importable, the harness itself failed, a module failed to import (a package the CPU build here
-lacks, torchvision or a Triton that runs), or the failure came from a part of the engine the CPU
-build runs differently from the card (the platform, CUDA, quantization and fused-MoE kernels, the
-rest of its config checks), or from the meta device itself.
+lacks: vllm_flash_attn on 0.5.5, torchvision on 0.11, a Triton that runs), or the failure came from
+a part of the engine the CPU build runs differently from the card (the platform, CUDA, quantization
+and fused-MoE kernels, the rest of its config checks), or from the meta device itself. Where the
+engine found no kernel for a layer and lists each backend's reason, the answer names the CPU
+build's own (vLLM 0.32's block-scaled FP8 and MXFP4 MoE kernels ask for AMX tiles), not the card's.
 
 Checked against the conformance matrix's tiny models (every case, every saver, each engine's
 platform arguments): no model whose greedy tokens the engine served exactly is refused.
@@ -55,6 +57,7 @@ Standalone like engine_checks.py: no import of the runtime package.
 import contextlib
 import linecache
 import os
+import re
 import sys
 import time
 import traceback
@@ -70,7 +73,9 @@ PLATFORM_CODE = ("model_executor/layers/quantization/", "model_executor/layers/f
 # The engine's config checks that are facts of the model at the parallel sizes asked, on every
 # platform (attention heads divisible by the tensor-parallel size, pipeline parallelism supported
 # by the architecture): a refusal there is the model's, raised before any class is built.
-CONFIG_REFUSALS = ("verify_with_parallel_config",)
+# (0.32's validate_fp8_block_shape[_moe]: a block-quantized weight's shard at the tensor-parallel size asked
+# is not a whole number of its blocks, checked before any kernel is chosen.)
+CONFIG_REFUSALS = ("verify_with_parallel_config", "validate_fp8_block_shape", "validate_fp8_block_shape_moe")
 # The image's plugin directories whose refusals are the image's own (on every card).
 PLUGIN_CODE = ("compat_backports/", "compat_configs/")
 MESSAGE_CHARS = 1000
@@ -261,9 +266,29 @@ def _device_mode():
                     del kwargs["device"]
             elif func is torch.Tensor.cuda:
                 return args[0]
+            else:
+                args, kwargs = _meta_if_mixed(args, kwargs)
             return func(*args, **kwargs)
 
     return WeightsOnMeta()
+
+
+def _meta_if_mixed(args, kwargs):
+    """A computation of a tensor the mode sent to the meta device with CPU tensors runs on the meta
+    device too, and its result gets a shape as the weights do: vLLM's rotary cache of a model with
+    millions of positions (Llama 4 Scout's 10M) starts from an arange that large, then multiplies it
+    with the small inverse frequencies made on the CPU."""
+    import torch
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    tensors = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
+    if not any(t.is_meta for t in tensors) or all(t.is_meta for t in tensors):
+        return args, kwargs
+
+    def to_meta(x):
+        return x.to("meta") if isinstance(x, torch.Tensor) and not x.is_meta else x
+
+    return tree_map(to_meta, args), tree_map(to_meta, kwargs)
 
 
 def _construct(config):
@@ -575,6 +600,37 @@ def _meta_only(exc):
     return "meta" in text and isinstance(exc, (NotImplementedError, RuntimeError))
 
 
+# vLLM 0.12+ picks a kernel for a quantized layer or MoE among backends, and when none fits it lists
+# each backend with its reason ("backend: CPU, reason: ...", "CPUFp8BlockScaledMMKernel requires AMX
+# tile support ..."): the CPU build's own entries say what this machine lacks; the rest are kernels
+# of other devices, the card's among them.
+CPU_KERNEL_REASONS = (
+    re.compile(r"backend: (CPU\w*), reason: ([^;]+?)\s*(?:;|$)"),
+    re.compile(r"\b(CPU\w*Kernel) (requires [^\n]+?)\.*\s*(?:\n|$)"),
+)
+
+
+def _cpu_kernels(message):
+    """What the CPU build's kernels said of themselves in an engine's no-kernel-fits message, one
+    line ("" when the message names none)."""
+    said = []
+    for pattern in CPU_KERNEL_REASONS:
+        for name, reason in pattern.findall(message):
+            text = f"{name}: {reason.strip().rstrip('.')}"
+            if text not in said:
+                said.append(text)
+    if not said:
+        return ""
+    try:
+        import torch
+
+        amx = torch.cpu._is_amx_tile_supported()
+    except Exception:  # another torch: the machine's fact is left out, the engine's words stay
+        amx = None
+    machine = " (this machine's CPU has no AMX tiles)" if amx is False else ""
+    return "; ".join(said) + machine
+
+
 def _error(exc, where):
     message = str(exc).strip() or NO_MESSAGE
     error = {"type": type(exc).__name__, "message": message[:MESSAGE_CHARS]}
@@ -679,6 +735,11 @@ def _judged(exc, stage, version):
         why = f"the engine's distributed state could not be made here: {_said(error)}"
     elif _meta_only(exc):
         why = f"the model's code computes on a tensor while it is built, which the meta device cannot: {_said(error)}"
+    elif _cpu_kernels(str(exc)):
+        # The engine's first sentence names the kind of kernel; the CPU build's own reasons follow
+        # (the card's kernels, listed beside them, are not this machine's to judge).
+        head = dict(error, message=str(exc).strip().split(". ")[0].split("\n")[0])
+        why = f"the CPU build here has no kernel for this, the card runs its own: {_said(head)}; the CPU build's: {_cpu_kernels(str(exc))}"
     else:
         why = f"the model build failed outside the engine's model code, in a part the CPU build here may run differently from the card: {_said(error)}"
     return dict(answer, ok=None, reason=f"cannot tell: {why}")

@@ -235,6 +235,24 @@ FAKE_VLLM = {
     "model_executor/layers/__init__.py": "",
     "model_executor/layers/fused_moe/__init__.py": "def build():\n    raise NotImplementedError('no CPU kernel')\n",
     "model_executor/layers/fla.py": "raise AttributeError(\"module 'triton.language' has no attribute 'exp'\")\n",
+    # vLLM 0.32's kernel choices when none fits, in its words: each backend tried, with its reason.
+    "model_executor/layers/fused_moe/oracle.py": (
+        "def build():\n    raise NotImplementedError('No MXFP4 MoE backend supports the deployment configuration. weight_key=kMxfp4Static. "
+        "Candidate backends were: [\\'MARLIN\\', \\'CPU\\']. Unsupported reasons: backend: MARLIN, reason: kernel does not support "
+        "current device cpu; backend: CPU, reason: kernel does not support current device cpu; backend: EMULATION, reason: kernel "
+        "requires amd-quark package.')\n"
+    ),
+    "model_executor/layers/quantization/__init__.py": "",
+    "model_executor/layers/quantization/fp8_utils.py": (
+        "def validate_fp8_block_shape():\n    raise ValueError('Weight output_partition_size = 576 is not divisible by weight "
+        "quantization block_n = 128.')\n"
+    ),
+    "model_executor/kernels/__init__.py": "",
+    "model_executor/kernels/linear.py": (
+        "def build():\n    raise ValueError('Failed to find a kernel that can implement the ScaledMM linear layer. Reasons: \\n"
+        "CutlassFP8ScaledMMLinearKernel requires CUDA.\\nCPUFp8W8A8BlockScaledMMKernel requires AMX tile support (Sapphire Rapids "
+        "or newer)..\\n')\n"
+    ),
     "platforms/__init__.py": "",
     "platforms/cpu.py": "def build():\n    raise ValueError('CPU backend only supports V1.')\n",
     "config/__init__.py": "",
@@ -285,6 +303,12 @@ def test_the_engine_side_tells_the_models_refusal_from_what_it_cannot_judge(judg
     # Raised below the model code (torch's frames): the model code's frame is the one named.
     deeper = judge("vllm.model_executor.models.gemma2")
     assert deeper["ok"] is False and deeper["error"]["file"] == "vllm/model_executor/models/gemma2.py"
+    # A block-quantized weight whose shard at the tensor-parallel size is not whole blocks: checked
+    # in the quantization code, before any kernel is chosen, the same on every platform.
+    blocks = judge("vllm.model_executor.layers.quantization.fp8_utils", "validate_fp8_block_shape")
+    assert blocks["ok"] is False and blocks["reason"].startswith("vLLM 9.9's model code refuses this configuration: ValueError: Weight"), (
+        blocks
+    )
     heads = judge("vllm.config.model", "verify_with_parallel_config", stage="config")
     assert heads["ok"] is False and heads["reason"].startswith("vLLM 9.9's config check refuses this configuration: ValueError: Total")
     for module, function, stage in (
@@ -295,3 +319,25 @@ def test_the_engine_side_tells_the_models_refusal_from_what_it_cannot_judge(judg
     ):
         answer = judge(module, function, stage)
         assert answer["ok"] is None and answer["reason"].startswith("cannot tell: "), answer
+
+
+def test_where_the_cpu_build_has_no_kernel_the_verdict_names_the_cpu_kernels_reason(judge):
+    """A quantized layer or MoE whose kernel the CPU build lacks (block-scaled FP8 without AMX tiles,
+    MXFP4 MoE): cannot tell, said with the engine's first sentence and the CPU kernels' own
+    reasons, not the card's kernels listed beside them."""
+    import torch
+
+    machine = " (this machine's CPU has no AMX tiles)" if not torch.cpu._is_amx_tile_supported() else ""
+    moe = judge("vllm.model_executor.layers.fused_moe.oracle")
+    assert moe["ok"] is None and moe["reason"] == (
+        "cannot tell: the CPU build here has no kernel for this, the card runs its own: NotImplementedError: No MXFP4 MoE backend "
+        "supports the deployment configuration (vllm/model_executor/layers/fused_moe/oracle.py:2, in build); the CPU build's: CPU: "
+        "kernel does not support current device cpu" + machine
+    )
+    fp8 = judge("vllm.model_executor.kernels.linear")
+    assert fp8["ok"] is None and fp8["reason"] == (
+        "cannot tell: the CPU build here has no kernel for this, the card runs its own: ValueError: Failed to find a kernel that can "
+        "implement the ScaledMM linear layer (vllm/model_executor/kernels/linear.py:2, in build); the CPU build's: "
+        "CPUFp8W8A8BlockScaledMMKernel: requires AMX tile support (Sapphire Rapids or newer)" + machine
+    )
+    assert "Cutlass" not in fp8["reason"] and "MARLIN" not in moe["reason"]

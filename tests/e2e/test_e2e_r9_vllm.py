@@ -11,8 +11,9 @@
 3. On each engine generation (0.5.5, 0.11.0, 0.32.0), without a server: with the repair's
    environment the engine's own `load_general_plugins()` wraps its weight iterator, which then
    yields exactly the tensors (names, shapes, bytes) of the same model in the published layout.
-   0.5.5 and 0.32 cannot build a LLaVA on this CPU (their venvs lack vllm_flash_attn / torchvision);
-   their loaders look the flat names up the same way (read from their source, see the rule's doc).
+   No LLaVA is served on 0.5.5 (its CPU venv lacks vllm_flash_attn) or 0.32 (one start of 0.11
+   shows the repair); their loaders look the flat names up the same way (read from their source,
+   see the rule's doc).
 """
 
 import base64
