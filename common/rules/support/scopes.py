@@ -3,7 +3,7 @@ what each rule's own tables can act on, so a model outside them never imports th
 
 C1_ARCHITECTURES is written by `python -m conformance judge` (and `run`) from the conformance
 cells' results, never by hand; the others are the rules' own, held to their tables by
-tests/unit/test_codes.py.
+common/tests/test_codes.py.
 """
 
 from __future__ import annotations
