@@ -17,7 +17,8 @@ of a part of the engine the CPU build runs differently from the card) is "unveri
 that already fails is not built: its verdict is decided, and its engine would not get this far.
 
 Launch never comes here: the image's start path stays stdlib-only and never imports torch.
-COMPAT_SKIP=MB turns the check off (doctor then promises only the metadata layer, as before it).
+COMPAT_SKIP=MB turns the check off: the verdict is then "unverified" (MB), never "starts", since
+what the check would have shown was not shown.
 """
 
 from __future__ import annotations
@@ -84,9 +85,10 @@ def check(plans: Sequence[Plan], env: Mapping[str, str]) -> None:
     """Build the model of each plan that has one to build, all in one engine-Python process (the
     one `env`'s COMPAT_ENGINE_PYTHON names), and add each answer to its plan."""
     if skipped(env):
+        # A skipped proof is not a passed one: the verdict then promises the metadata layer only.
         for plan in plans:
             if request_for(plan) is not None:
-                say(f"{CODE}: the engine's model class is not built (COMPAT_SKIP)")
+                plan.add_finding(CODE, "unverified", "the engine's model class was not built: COMPAT_SKIP names MB")
         return
     todo = [(plan, request) for plan, request in ((p, request_for(p)) for p in plans) if request is not None]
     if not todo:

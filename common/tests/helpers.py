@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from common.image_checks.selftest import tree_digest  # noqa: F401 - one digest for the image's self-test and the tests
 
@@ -62,3 +62,69 @@ def preflight_json(model: Path, card: str = "nv-a100", vllm_args: Optional[List[
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     return json.loads(proc.stdout)
+
+
+# ---- doctor where the engine's model build is not asked ------------------------------------------
+
+# The dev venv has no vLLM, so the tests that judge a model with its transformers turn doctor's
+# model build off (COMPAT_SKIP=MB, conftest.py's env_for_tests). A skipped proof is not a passed
+# one: the verdict is then "unverified", never "starts".
+SKIPPED_MB = {"code": "MB", "severity": "unverified", "message": "the engine's model class was not built: COMPAT_SKIP names MB"}
+
+
+def metadata_layer_passed(data: Mapping[str, Any]) -> bool:
+    """doctor's JSON (one model's, or a row of many) says the model gets past the engine's metadata
+    with MB skipped: every rule's check passed and every repair verified with the engine's
+    transformers, nothing fails, and the skipped model build is the only thing left unverified."""
+    return data["verdict"] == "unverified" and data["unverified"] == ["MB"] and data["failing"] == [] and SKIPPED_MB in data["findings"]
+
+
+def metadata_layer_passed_text(proc: subprocess.CompletedProcess) -> bool:
+    """The same of doctor's table: exit 2, the skipped MB's row, and MB alone left unknown."""
+    row = f"| MB | {SKIPPED_MB['message']} | - | unverified |"
+    return proc.returncode == 2 and row in proc.stdout and "verdict: unknown: MB could not be verified here;" in proc.stdout
+
+
+# The engine's own message when its model code refuses a configuration (vLLM 0.11.0's Llama MLP).
+REFUSAL = (
+    "vLLM 0.11.0's model code refuses this configuration: ValueError: Unsupported activation: gelu. Only silu is supported "
+    "for now. (vllm/model_executor/models/llama.py:92, in __init__)"
+)
+FAKE_ENGINE = """#!{python}
+import io, json, os, runpy, sys
+data = sys.stdin.read()
+requests = json.loads(data)
+if any(r.get("kind") == "model_build" for r in requests):
+    with open({record!r}, "a") as fh:
+        fh.write(json.dumps({{"requests": requests, "USE_TORCH": os.environ.get("USE_TORCH")}}) + "\\n")
+    for i, r in enumerate(requests):
+        name = os.path.basename(r["path"])
+        if "dies" in name:
+            os._exit(3)
+        if "refused" in name:
+            answer = {{"ok": False, "reason": {refusal!r}}}
+        elif "unknowable" in name:
+            answer = {{"ok": None, "reason": "cannot tell: the engine's config could not be built here"}}
+        else:
+            answer = {{"ok": True, "reason": "vLLM 0.11.0 builds LlamaForCausalLM on the meta device"}}
+        print(json.dumps(dict(answer, index=i, kind="model_build")), flush=True)
+else:  # every other check: the real engine_checks.py with this Python's transformers
+    sys.argv = sys.argv[1:]
+    sys.stdin = io.StringIO(data)
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def fake_engine(folder: Path, name: str = "engine-python", python: str = sys.executable) -> Tuple[Path, Callable[[], List[dict]]]:
+    """An engine Python for doctor (COMPAT_ENGINE_PYTHON) whose vLLM is faked: it answers each
+    model build (MB) from the name of the path it would serve ("dies": the process dies,
+    "refused": REFUSAL, "unknowable": it cannot tell, any other: built), and runs every other
+    check for real with `python` (its transformers). Returns its path, and a function listing the
+    model-build batches it was sent (with the USE_TORCH each ran under)."""
+    import stat
+
+    record = folder / f"{name}.builds.jsonl"
+    script = folder / name
+    script.write_text(FAKE_ENGINE.format(python=python, record=str(record), refusal=REFUSAL))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script, lambda: [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []

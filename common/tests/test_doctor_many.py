@@ -1,5 +1,6 @@
 """doctor over many models: one row per model and card, totals per card, one engine-Python
-process per card for the whole list, progress on stderr, a model that breaks doctor is a row."""
+process per card for the whole list's checks (and one more for its model classes), progress on
+stderr, a model that breaks doctor is a row."""
 
 import json
 import os
@@ -11,17 +12,17 @@ import pytest
 
 from common.doctor import doctor_many
 
-from common.tests.helpers import model_dir, run_common
+from common.tests.helpers import fake_engine, model_dir, run_common
 
 FIXTURES = Path(__file__).resolve().parents[2] / "harness" / "fixtures" / "models"
 NAMES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 
 
-def counting_python(tmp_path: Path, name: str) -> tuple:
-    """An engine Python that logs each start to a file, then is the dev venv's Python."""
+def counting_python(tmp_path: Path, name: str, python: str = sys.executable) -> tuple:
+    """An engine Python that logs each start to a file, then is `python` (the dev venv's)."""
     log = tmp_path / f"{name}.starts"
     script = tmp_path / f"{name}-python"
-    script.write_text(f'#!/bin/sh\necho start >> "{log}"\nexec "{sys.executable}" "$@"\n')
+    script.write_text(f'#!/bin/sh\necho start >> "{log}"\nexec "{python}" "$@"\n')
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return script, log
 
@@ -41,16 +42,29 @@ def folder(tmp_path, models):
     return base
 
 
+def building_env(tmp_path, env_for_tests, **engines: str) -> dict:
+    """env_for_tests with the model build on: each COMPAT_ENGINE_PYTHON* named in `engines` has a
+    fake vLLM that builds every model class (helpers.fake_engine) and the dev venv's transformers,
+    so that a row "starts" only where its model build passed, as on a real engine."""
+    env = dict(env_for_tests)
+    env.pop("COMPAT_SKIP")
+    for variable, name in engines.items():
+        env[variable] = str(fake_engine(tmp_path, name)[0])
+    return env
+
+
 def test_a_folder_of_models_is_one_row_per_model_and_card_with_one_process_per_card(tmp_path, folder, env_for_tests):
-    default, default_log = counting_python(tmp_path, "default")
-    nxt, next_log = counting_python(tmp_path, "next")
-    env = dict(env_for_tests, COMPAT_ENGINE_PYTHON=str(default), COMPAT_ENGINE_PYTHON_NEXT=str(nxt))
+    env = building_env(tmp_path, env_for_tests, COMPAT_ENGINE_PYTHON="default-engine", COMPAT_ENGINE_PYTHON_NEXT="next-engine")
+    default, default_log = counting_python(tmp_path, "default", env["COMPAT_ENGINE_PYTHON"])
+    nxt, next_log = counting_python(tmp_path, "next", env["COMPAT_ENGINE_PYTHON_NEXT"])
+    env.update(COMPAT_ENGINE_PYTHON=str(default), COMPAT_ENGINE_PYTHON_NEXT=str(nxt))
     proc = run_common(["doctor", str(folder), "--card", "nv-a100", "--json"], env)
     report = json.loads(proc.stdout)
     assert [Path(m).name for m in report["models"]] == NAMES
     assert [(Path(r["model"]).name, r["card"]) for r in report["rows"]] == [(n, c) for n in NAMES for c in ("nv-a100", "nv-a100@next")]
-    # Every model's checks on a card went to one engine process, not one per model.
-    assert starts(default_log) == 1 and starts(next_log) == 1, proc.stderr
+    # Every model's checks on a card went to one engine process, and their model classes to one
+    # more (MB), not one per model.
+    assert starts(default_log) == 2 and starts(next_log) == 2, proc.stderr
     rows = {(Path(r["model"]).name, r["card"]): r for r in report["rows"]}
     assert rows["457-generic", "nv-a100"]["state"] == "starts as is"
     assert rows["v5-generic", "nv-a100"]["state"] == "starts with repairs" and rows["v5-generic", "nv-a100"]["repairs"] == [
@@ -80,7 +94,7 @@ def test_a_folder_of_models_is_one_row_per_model_and_card_with_one_process_per_c
 
 def test_markdown_rows_and_totals_for_several_paths(tmp_path, models, env_for_tests):
     paths = [str(models("457-generic")), str(models("v5-generic"))]
-    proc = run_common(["doctor", *paths, "--card", "nv-a100"], env_for_tests)
+    proc = run_common(["doctor", *paths, "--card", "nv-a100"], building_env(tmp_path, env_for_tests, COMPAT_ENGINE_PYTHON="engine"))
     out = proc.stdout
     assert "| model | card | verdict | codes |" in out
     assert f"| {paths[0]} | nv-a100 | starts as is | - |" in out

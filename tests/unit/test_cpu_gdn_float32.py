@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from common.tests.helpers import ROOT
 
 UPSTREAM = ROOT / ".upstream" / "vllm-0_32_0" / "vllm"
 TARGET = "model_executor/layers/mamba/ops/cpu/gdn_attention.py"
