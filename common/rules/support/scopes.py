@@ -105,6 +105,7 @@ C1_ARCHITECTURES: Dict[str, Tuple[str, ...]] = {
         "MptForCausalLM",
         "PhimoeForCausalLM",
         "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
         "StableLmForCausalLM",
     ),
 }
