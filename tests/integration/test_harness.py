@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import starts
+from harness import starts
 from harness.cores import bind_string, share
 from harness.engine import ENGINES
 from harness.engine_host import _changed_on_disk, _module_mtimes

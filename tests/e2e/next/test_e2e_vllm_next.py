@@ -86,10 +86,10 @@ def test_transformers5_models_serve_untouched(served_models, variant, tmp_path, 
 
 
 @pytest.mark.skipif(not ENGINE_0110.available(), reason=ENGINE_0110.missing_reason)
-def test_doctor_recommends_the_variant_that_starts_a_new_architecture(gemma4, tmp_path):
+def test_doctor_recommends_the_variant_that_starts_a_new_architecture_with_the_fewest_repairs(gemma4, tmp_path):
     """doctor --card nv-a100 verifies each engine variant with its own engine's Python: the
-    Gemma 4 model fails on 0.11 (the image reads its config with R12's class, the engine lacks the
-    architecture and the image's backport does not fit it: R10) and starts on @next."""
+    Gemma 4 model starts on 0.11 through the image's repairs (R12's config class, R10's backport
+    written for the V1 engine's model API) and on @next with none, which doctor recommends."""
     import subprocess
 
     env = dict(
@@ -109,7 +109,7 @@ def test_doctor_recommends_the_variant_that_starts_a_new_architecture(gemma4, tm
     )
     data = json.loads(result.stdout)
     assert result.returncode == 0 and data["recommended"] == "nv-a100@next", result.stderr[-2000:]
-    # 0.11 reads the config with the image's class (R12) and lacks the architecture; the image's
-    # backport of it is written against 0.5.5's layers, which 0.11 no longer has (R10: needs a newer engine).
-    assert data["variants"]["nv-a100"]["verdict"] == "fails" and "R10" in data["variants"]["nv-a100"]["failing"]
+    # 0.11 reads the config with the image's class (R12) and serves the architecture through the
+    # image's V1 backport (R10): it starts too, with more repairs than @next's none.
+    assert data["variants"]["nv-a100"]["verdict"] == "starts" and data["variants"]["nv-a100"]["failing"] == []
     assert data["variants"]["nv-a100@next"]["verdict"] == "starts" and data["repairs"] == []

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine import ENGINE_NEXT, ROOT
+from harness.engine import ENGINE_NEXT, ROOT
 from harness.fixtures.newest_families import NEWEST, QUANTIZED, write_model
 
 pytestmark = [

@@ -126,11 +126,18 @@ def test_launcher_serves_the_authors_tokens_however_the_engine_batches(model, pr
 
 
 def test_doctor_says_it_starts_with_the_v1_backport(model, tmp_path):
-    env = dict(ENGINE.env(), COMPAT_ENGINE_PYTHON=str(ENGINE.python), COMPAT_WORK_DIR=str(tmp_path / "work"))
+    # @next left without its engine: the answer is then the nv-a100 engine's own (vLLM 0.32 has
+    # Qwen3.5 itself and would be recommended, with no repair to read here).
+    env = dict(
+        ENGINE.env(),
+        COMPAT_ENGINE_PYTHON=str(ENGINE.python),
+        COMPAT_ENGINE_PYTHON_NEXT="/nonexistent/engine-next/python",
+        COMPAT_WORK_DIR=str(tmp_path / "work"),
+    )
     argv = [str(ENGINE.python), "-m", "common", "doctor", str(model), "--card", CARD, "--json"]
     doctor = subprocess.run(argv, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300)
     data = json.loads(doctor.stdout)
-    assert doctor.returncode == 0 and data["verdict"] == "starts", doctor.stdout[-3000:]
+    assert doctor.returncode == 0 and data["verdict"] == "starts" and data["recommended"] == CARD, doctor.stdout[-3000:]
     codes = [r["code"] for r in data["repairs"]]
     assert {"R10", "R12"} <= set(codes) and all(r["verified"] for r in data["repairs"]), data["repairs"]
     assert "--enforce-eager" not in data["args"], data["args"]
