@@ -20,10 +20,7 @@ one and recomputes it from its tokens later (its state is cleared and rebuilt, n
    (R12), and --enforce-eager.
 """
 
-import hashlib
 import json
-import os
-import random
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,12 +31,10 @@ import pytest
 from common.triage import triage_file
 from harness.cores import ranks_env
 from harness.engine import ENGINE_055, ROOT, free_port
-from harness.fixtures.factory import AUTHOR_PYTHON, build
+from tests.e2e.qwen35_author import NEW_TOKENS, author_fixture, digest, model_fixture, prompts_fixture  # noqa: F401 - fixtures
 
 ENGINE = ENGINE_055
 CARD = "iluvatar-bi100"
-NEW_TOKENS = 32
-LENGTHS = (100, 9, 60, 50, 75)  # prompt lengths; 60 and 50 are the pair that cannot decode side by side
 TIGHT = ["--max-model-len", "160", "--max-num-seqs", "2", "--block-size", "16", "--num-gpu-blocks-override", "11"]
 GREEDY = ["--dtype", "float32", "--return-tokens-as-token-ids"]
 
@@ -47,47 +42,6 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(not ENGINE.available(), reason=ENGINE.missing_reason),
 ]
-
-# transformers 5's greedy continuation of each prompt, one prompt at a time, in float32.
-AUTHOR_GENERATE = """
-import json, sys, torch, transformers
-path, prompts, count = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-model.generation_config.eos_token_id = None
-out = []
-for prompt in prompts:
-    ids = torch.tensor([prompt])
-    with torch.no_grad():
-        got = model.generate(ids, max_new_tokens=count, min_new_tokens=count, do_sample=False, attention_mask=torch.ones_like(ids))
-    out.append(got[0, len(prompt):].tolist())
-print("AUTHOR " + json.dumps(out))
-"""
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    dest = tmp_path_factory.mktemp("qwen35") / "qwen3.5"
-    return build("v5", "generic", dest, "--initializer-range", "0.1", "--random-norms", "--model-type", "qwen3_5")
-
-
-@pytest.fixture(scope="module")
-def prompts(model) -> List[List[int]]:
-    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
-    rng = random.Random(35)
-    return [[rng.randrange(10, vocab) for _ in range(n)] for n in LENGTHS]
-
-
-@pytest.fixture(scope="module")
-def author(model, prompts) -> List[List[int]]:
-    argv = [str(AUTHOR_PYTHON["v5"]), "-c", AUTHOR_GENERATE, str(model), json.dumps(prompts), str(NEW_TOKENS)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=dict(os.environ, HF_HUB_OFFLINE="1"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [line] = [x for x in proc.stdout.splitlines() if x.startswith("AUTHOR ")]
-    return json.loads(line[len("AUTHOR ") :])
-
-
-def digest(model: Path) -> Dict[str, str]:
-    return {str(p.relative_to(model)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(model.rglob("*")) if p.is_file()}
 
 
 def run_common(*args: str, work: Path) -> subprocess.CompletedProcess:
