@@ -5,12 +5,13 @@ prompts to every other attention group's builder. That the engine then serves th
 of a model with several attention groups is the Gemma 4 cases' conformance cells on 0.11.0."""
 
 import ast
-import importlib.util
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
+from tests.unit import harness_patch_files
 
 from common.tests.helpers import ROOT
 
@@ -20,10 +21,7 @@ pytestmark = pytest.mark.skipif(not (UPSTREAM / FILE).exists(), reason="no upstr
 
 
 def patch_module():
-    spec = importlib.util.spec_from_file_location("cpu_attention_groups", ROOT / "envs" / "engine" / "cpu_attention_groups.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return harness_patch_files.load(ROOT / "envs" / "engine" / "cpu_attention_groups.py")
 
 
 @pytest.fixture

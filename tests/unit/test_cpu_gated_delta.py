@@ -8,12 +8,13 @@ patched engine serves the author's tokens is the conformance matrix's 0.11 cells
 and Qwen3.5."""
 
 import ast
-import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.unit import harness_patch_files
 
 from common.tests.helpers import ROOT
 
@@ -23,10 +24,7 @@ ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
 
 
 def patch_module():
-    spec = importlib.util.spec_from_file_location("cpu_gated_delta", PATCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return harness_patch_files.load(PATCH)
 
 
 def files():

@@ -7,11 +7,12 @@ conformance matrix's 0.32 cells of Qwen3-Next, Qwen3.5 and Qwen3.5-MoE."""
 
 import ast
 import hashlib
-import importlib.util
 import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.unit import harness_patch_files
 
 from common.tests.helpers import ROOT
 
@@ -21,10 +22,7 @@ pytestmark = pytest.mark.skipif(not (UPSTREAM / TARGET).exists(), reason="no ups
 
 
 def patch_module():
-    spec = importlib.util.spec_from_file_location("cpu_gdn_float32", ROOT / "envs" / "engine-next" / "cpu_gdn_float32.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return harness_patch_files.load(ROOT / "envs" / "engine-next" / "cpu_gdn_float32.py")
 
 
 @pytest.fixture

@@ -5,11 +5,12 @@ tokens at --tensor-parallel-size 2 is the conformance matrix's TP cells (tests/e
 runs one per backport path)."""
 
 import ast
-import importlib.util
 import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.unit import harness_patch_files
 
 from common.tests.helpers import ROOT
 
@@ -19,10 +20,7 @@ pytestmark = pytest.mark.skipif(not (UPSTREAM / FILES[0]).exists(), reason="no u
 
 
 def patch_module():
-    spec = importlib.util.spec_from_file_location("cpu_tensor_parallel", ROOT / "envs" / "engine055" / "cpu_tensor_parallel.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return harness_patch_files.load(ROOT / "envs" / "engine055" / "cpu_tensor_parallel.py")
 
 
 @pytest.fixture

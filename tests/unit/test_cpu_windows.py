@@ -6,11 +6,12 @@ and paged cache), and that the engine then serves the author's tokens is the win
 conformance cells on 0.11.0."""
 
 import ast
-import importlib.util
 import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.unit import harness_patch_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,10 +21,7 @@ pytestmark = pytest.mark.skipif(not all((UPSTREAM / f).exists() for f in FILES),
 
 
 def patch_module():
-    spec = importlib.util.spec_from_file_location("cpu_windows", ROOT / "envs" / "engine" / "cpu_windows.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return harness_patch_files.load(ROOT / "envs" / "engine" / "cpu_windows.py")
 
 
 @pytest.fixture
