@@ -89,9 +89,13 @@ MAPPED: Dict[str, Tuple[str, ...]] = {
         "tests/integration/test_profiles_and_manifest.py::test_committed_profiles_match_manifest_and_real_engine",
     ),
     # The conformance cells, on the real engines.
-    "make conformance": ("tests/e2e/test_conformance.py::test_the_cells_the_image_changes_come_out_as_committed",),
+    "make conformance": (
+        "tests/e2e/vllm055/test_image_change_cells_vllm055.py::test_the_cells_the_image_changes_come_out_as_committed",
+        "tests/e2e/vllm011/test_image_change_cells_vllm011.py::test_the_cells_the_image_changes_come_out_as_committed",
+    ),
     "make conformance CONFORMANCE_ARGS=--all": (
-        "tests/e2e/test_conformance.py::test_the_cells_the_image_changes_come_out_as_committed",
+        "tests/e2e/vllm055/test_image_change_cells_vllm055.py::test_the_cells_the_image_changes_come_out_as_committed",
+        "tests/e2e/vllm011/test_image_change_cells_vllm011.py::test_the_cells_the_image_changes_come_out_as_committed",
         "tests/unit/test_conformance_fingerprints.py::test_every_committed_cell_proves_the_code_that_runs",
     ),
 }
