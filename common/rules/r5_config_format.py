@@ -69,6 +69,28 @@ def _scaling_ok(scaling: Dict[str, Any]) -> Optional[str]:
     return None
 
 
+def _not_finite(value: Any, path: str, depth: int = 0) -> Optional[Tuple[str, Any]]:
+    """The first value in `value` that strict JSON cannot write (NaN or an infinity, which
+    Python's json reads from a config.json), with its path; None when there is none. A nested
+    config is handed on whole, so one such value anywhere in it would make the plan's JSON and
+    the rewritten config.json not JSON."""
+    if isinstance(value, float):
+        return (path, value) if value - value != 0.0 else None
+    if depth > 64:  # deeper than any config: not walked, and not handed on either
+        return (path, "...")
+    if isinstance(value, dict):
+        items = [(f"{path}.{k}", v) for k, v in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    else:
+        return None
+    for inner_path, inner in items:
+        found = _not_finite(inner, inner_path, depth + 1)
+        if found:
+            return found
+    return None
+
+
 def _shown(value: Any) -> str:
     try:
         text = json.dumps(value)
@@ -167,7 +189,16 @@ class ConfigFormat(Rule):
                     outcome.findings.append(
                         self.finding("warning", f"{key}.{why}: not restored; the engine's transformers {version} will use its default")
                     )
-                if inner:
+                bad = _not_finite(nested, key) if inner else None
+                if bad:
+                    outcome.findings.append(
+                        self.finding(
+                            "warning",
+                            f"{key} is handed on whole and {bad[0]} is {bad[1]}, which JSON cannot carry: "
+                            f"{key}.{', '.join(sorted(inner))} not restored; the engine's transformers {version} will use its default",
+                        )
+                    )
+                elif inner:
                     # Given whole: vLLM's --hf-overrides would replace the nested dict wholesale.
                     nested_edits[key] = dict(nested, **inner)
                     lost.update({f"{key}.{name}": value for name, value in inner.items()})
