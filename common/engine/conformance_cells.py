@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 
-from ..model.config_traits import config_traits, sharding
+from ..model.config_traits import config_traits, groups, sharding
 from ..model.config_values import config_values, uncovered
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
@@ -264,9 +264,22 @@ def nearest_exact(card: str, config: Mapping[str, Any], max_model_len: Optional[
     traits = config_traits(dict(config), max_model_len)
     if not exact:
         return None, ["its traits (" + _trait_text(config, max_model_len) + ") in no exact cell of its architecture and saver"]
-    unseen = [f"trait {k}={v}" for k, v in sorted(traits.items()) if not any(c.get("traits", {}).get(k) == v for c in exact)]
+    # Traits that change the same computation must have been exercised together by one cell.
+    unseen = [
+        _unseen_text(group, traits)
+        for group in groups(traits)
+        if not any(all(c.get("traits", {}).get(k) == traits[k] for k in group) for c in exact)
+    ]
     nearest = max(exact, key=lambda c: sum(c.get("traits", {}).get(k) == v for k, v in traits.items()))
     return nearest, unseen
+
+
+def _unseen_text(group: Tuple[str, ...], traits: Mapping[str, Any]) -> str:
+    """`trait kv=mqa`, or for traits judged together `traits rope=longrope, rope_regime=past,
+    partial_rotary=True together`."""
+    if len(group) == 1:
+        return f"trait {group[0]}={traits[group[0]]}"
+    return "traits " + ", ".join(f"{k}={traits[k]}" for k in group) + " together"
 
 
 def _trait_text(config: Mapping[str, Any], max_model_len: Optional[str]) -> str:
