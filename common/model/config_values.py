@@ -13,7 +13,8 @@ the same for that purpose when they take the same path through the code:
   - a nested object is its leaves, named by their dotted path (`rope_scaling.rope_type`).
 Besides the fields the code reads, every model is judged on `@quantization` (the method of its
 weights, or the platform's --quantization; none for a float checkpoint), and on the start's
-`@tensor_parallel_size`, `@pipeline_parallel_size` and `@kv_cache_dtype`.
+`@tensor_parallel_size`, `@pipeline_parallel_size`, `@kv_cache_dtype` and `@dtype` (what --dtype
+serves: every cell runs float32).
 Standard library only.
 """
 
@@ -79,6 +80,9 @@ QUANTIZATION = "@quantization"
 TENSOR_PARALLEL = "@tensor_parallel_size"
 PIPELINE_PARALLEL = "@pipeline_parallel_size"
 KV_CACHE_DTYPE = "@kv_cache_dtype"
+# The dtype the engine computes in: every cell runs float32 (the author's greedy ids are
+# float32's), so a start in another dtype is a regime no cell ran.
+DTYPE = "@dtype"
 HEAD_SIZE = "@head_size"
 ROTARY_DIM = "@rotary_dim"
 # Lists longer than this are read as their element classes only (a 128-layer pattern).
@@ -172,6 +176,7 @@ def config_values(
     quantization: Optional[str] = None,
     kv_cache_dtype: str = "auto",
     pipeline_parallel: int = 1,
+    dtype: str = "float32",
 ) -> Dict[str, List[str]]:
     """{field path: its classes} for the `fields` the model code reads (inert ones left out),
     plus the pseudo-fields, the start's arguments among them (`quantization`: the platform's
@@ -202,6 +207,7 @@ def config_values(
     out[TENSOR_PARALLEL] = [f"size:{tensor_parallel}"]
     out[PIPELINE_PARALLEL] = [f"size:{pipeline_parallel}"]
     out[KV_CACHE_DTYPE] = ["str:" + str(kv_cache_dtype)]
+    out[DTYPE] = ["str:" + str(dtype)]
     return out
 
 

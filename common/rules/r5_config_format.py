@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 
+from ..engine.start_flags import AUTO_SERVES
 from ..model.headsize import NESTED_TEXT_CONFIGS as NESTED
 from ..model.json_numbers import INFINITY, number, positive_int
 from ..plan import Repair
@@ -36,11 +37,9 @@ if TYPE_CHECKING:
 # The dtype names a config may carry; anything else is never passed on (a model's string must
 # not become a flag: `--dtype --trust-remote-code` would be two arguments to vLLM).
 CONFIG_DTYPES = ("float16", "bfloat16", "float32", "float64", "half", "float")
-# What `--dtype auto` serves for each config dtype, in vLLM 0.5.5 as in 0.11: a float32 config
-# is served in half precision. A lost dtype is restored only where it changes that choice (a
+# A lost dtype is restored only where it changes what `--dtype auto` serves (AUTO_SERVES: a
 # `dtype: float32` model lost to 4.55 is served in float16 either way; `--dtype float32` would
 # double its weight memory), i.e. where the engine would pick differently for float32.
-AUTO_SERVES = {"float32": "float16", "float": "float16", "float64": "float16"}
 # Keys transformers 5 renamed, per model_type: (the key it writes, the key transformers 4.x reads).
 # Its class answers to the old name through attribute_map; whether the engine's does is a profile fact.
 RENAMED = {
