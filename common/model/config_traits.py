@@ -54,8 +54,8 @@ REGIME_KINDS = ("longrope", "yarn", "dynamic")
 # head and one within them over a fraction of it add up to no proof of the fraction past them).
 # The rotary: its kind, the regime it runs in, the fraction of each head it turns. The attention
 # scores: a window masks them and a soft cap bends them in the same kernel (vLLM 0.11's CPU
-# attention takes both from the layer at once).
-JOINT = (("rope", "rope_regime", "partial_rotary"), ("window", "softcap"))
+# attention takes both from the layer at once), on the layers the layer pattern gives a window.
+JOINT = (("rope", "rope_regime", "partial_rotary"), ("window", "softcap", "layers"))
 # The position keys an engine reads a model's length from (the shortest wins), as vLLM does.
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
 # KV heads of a family's other layers, beside num_key_value_heads (Gemma 4's full-attention layers).
@@ -223,6 +223,48 @@ def experts(cfg: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     return {"shared": shared, "norm_topk_prob": cfg.get("norm_topk_prob")}
 
 
+# The counts that say which layers are MoE (DeepSeek's first_k_dense_replace and
+# moe_layer_freq, Qwen-MoE's decoder_sparse_step and mlp_only_layers) and which have the window
+# (Qwen2's max_window_layers, in a save without layer_types).
+MOE_COUNTS = ("first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers")
+
+
+def _moe_layers(cfg: Dict[str, Any], layers: int) -> List[int]:
+    """The MoE layers as transformers' DeepSeek and Qwen-MoE decoders pick them."""
+    first = integer(cfg.get("first_k_dense_replace"), 0) or 0
+    freq = positive_int(cfg.get("moe_layer_freq")) or 1
+    step = positive_int(cfg.get("decoder_sparse_step")) or 1
+    only = cfg.get("mlp_only_layers")
+    dense = {i for i in only if integer(i, 0) is not None} if isinstance(only, list) else set()
+    return [i for i in range(layers) if i >= first and i % freq == 0 and (i + 1) % step == 0 and i not in dense]
+
+
+def layer_pattern(cfg: Dict[str, Any], windowed: bool) -> Optional[List[str]]:
+    """The kinds of layer the layer-index counts make of the model's layers, where a count says
+    which are which: dense and MoE (MOE_COUNTS) and, where a window bites, full and windowed
+    (max_window_layers: the layers from it on have the window). A count at or past the layer
+    count leaves one kind (a first_k_dense_replace of 64 in a 27-layer model: no MoE layer),
+    which a cell must have run. None where no count applies; ["unknown"] where the layer count
+    cannot be read."""
+    layers = positive_int(cfg.get("num_hidden_layers"))
+    moe_counted = experts(cfg) is not None and any(k in cfg for k in MOE_COUNTS)
+    window_counted = windowed and "max_window_layers" in cfg and not isinstance(cfg.get("layer_types"), list)
+    if not (moe_counted or window_counted):
+        return None
+    if layers is None:
+        return ["unknown"]
+    kinds: List[str] = []
+    if moe_counted:
+        moe = len(_moe_layers(cfg, layers))
+        kinds += (["dense"] if moe < layers else []) + (["moe"] if moe else [])
+    boundary = integer(cfg.get("max_window_layers"), 0)
+    if window_counted:
+        if boundary is None:
+            return ["unknown"]
+        kinds += (["full"] if boundary > 0 else []) + (["window"] if boundary < layers else [])
+    return kinds
+
+
 def context_length(cfg: Dict[str, Any], max_model_len: Optional[str]) -> Optional[int]:
     """The length the model is served with: --max-model-len, else what its config allows, as
     every engine generation derives it (common/model/context_length.py has each one's rules):
@@ -260,6 +302,7 @@ def config_traits(config: Dict[str, Any], max_model_len: Optional[str] = None) -
         "rope_regime": rope_regime(cfg, context),
         "partial_rotary": partial_rotary(cfg, head),
         "window": window(cfg, model_type, context),
+        "layers": None,
         "softcap": any(cfg.get(k) is not None for k in ("attn_logit_softcapping", "final_logit_softcapping")),
         "tied": tied is not False,
         "biases": sorted(k for k in BIASES if cfg.get(k) is True),
@@ -273,6 +316,7 @@ def config_traits(config: Dict[str, Any], max_model_len: Optional[str] = None) -
         "no_rope_layers": bool(cfg.get("no_rope_layers")),
         "switches": sorted(k for k in SWITCHES if cfg.get(k) not in (None, False, 0)),
     }
+    traits["layers"] = layer_pattern(cfg, traits["window"] != "none")
     return traits
 
 
