@@ -85,6 +85,13 @@ KV_CACHE_DTYPE = "@kv_cache_dtype"
 DTYPE = "@dtype"
 HEAD_SIZE = "@head_size"
 ROTARY_DIM = "@rotary_dim"
+# Sizes a kernel dispatches on, compared exactly (a head of 512 runs other code than one of 64),
+# as `@head_size` is: Gemma 4's full-attention layers' head (`global_head_dim`) and each layer's
+# own (transformers 5's `per_layer_config`).
+EXACT_SIZES = frozenset(("global_head_dim", "per_layer_config[].head_dim"))
+# Objects keyed by layer index (transformers 5's per_layer_config): their items are read as a
+# list's, so that which layers carry an override does not make a path of its own.
+BY_LAYER = frozenset(("per_layer_config",))
 # Lists longer than this are read as their element classes only (a 128-layer pattern).
 MAX_LEAVES = 4096
 
@@ -114,6 +121,11 @@ def value_class(value: Any) -> List[str]:
 
 
 def _leaves(prefix: str, value: Any, out: Dict[str, List[str]], depth: int = 0) -> None:
+    if prefix in BY_LAYER and isinstance(value, dict):
+        value = list(value.values())
+    if prefix in EXACT_SIZES and positive_int(value) is not None:
+        out[prefix] = [f"size:{value}"]
+        return
     if isinstance(value, dict) and depth < 4:
         for key, item in value.items():
             if isinstance(key, str):

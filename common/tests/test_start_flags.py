@@ -68,7 +68,7 @@ def test_tokens_are_proven_in_the_dtype_and_configuration_the_cells_ran(card):
     assert (tokens, open_list) == ("proven", [])
     # Served as its file says (bfloat16): no cell ran that dtype.
     tokens, _, open_list = judge_start(card, LLAMA_31_8B, UserArgs(PLATFORM))
-    assert tokens == "unproven" and "@dtype=str:bfloat16" in open_list, open_list
+    assert tokens == "unproven" and "@dtype=bfloat16" in open_list, open_list
     # Dynamic NTK enabled at the start, which no Llama cell ran.
     dynamic = ["--rope-scaling", '{"rope_type": "dynamic", "factor": 2.0}']
     tokens, _, open_list = judge_start(card, LLAMA_31_8B, UserArgs([*PLATFORM, "--dtype", "float32", *dynamic]))
