@@ -191,18 +191,18 @@ def _range_found(path: str, start: int, end: int, sigs: List[Signature]) -> Dict
         return _found(_range_blocks(fh, start, end), sigs)
 
 
-def _range_count(path: str) -> int:
-    """How many ranges, each its own process, a plain file is searched in (1: in this process).
-    A process is forked only from a single-threaded one (a fork copies no other thread, and a lock
-    one held would stay held in the child)."""
+def range_count(path: str, min_bytes: int = RANGE_MIN_BYTES) -> int:
+    """How many ranges, each its own process, a plain file is searched in (1: in this process),
+    each at least `min_bytes`. A process is forked only from a single-threaded one (a fork copies
+    no other thread, and a lock one held would stay held in the child)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if cores < 2 or path.endswith(".gz") or "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
         return 1
-    return max(1, min(cores, os.path.getsize(path) // RANGE_MIN_BYTES))
+    return max(1, min(cores, os.path.getsize(path) // min_bytes))
 
 
-def _found_in_file(path: str, sigs: List[Signature]) -> Dict[int, bytes]:
-    parts = _range_count(path)
+def _found_in_file(path: str, sigs: List[Signature], ranges: Optional[int] = None) -> Dict[int, bytes]:
+    parts = range_count(path) if ranges is None else ranges
     if parts > 1:
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
@@ -292,12 +292,14 @@ def card_from_path(path: str) -> Optional[str]:
     return None
 
 
-def triage_file(path: str, card: Optional[str] = None, sigs: Optional[List[Signature]] = None) -> Triaged:
+def triage_file(path: str, card: Optional[str] = None, sigs: Optional[List[Signature]] = None, ranges: Optional[int] = None) -> Triaged:
+    """The rule whose signature the log at `path` shows last. A large plain file is searched in
+    `ranges` processes side by side (default: range_count's; 1: in this process)."""
     verdict = Triaged(path, card or card_from_path(path))
     sigs = sigs if sigs is not None else signatures()
     try:
         report = _json_report_text(path) if path.endswith(".json") else None
-        result = _winner(_found([report], sigs) if report is not None else _found_in_file(path, sigs), sigs)
+        result = _winner(_found([report], sigs) if report is not None else _found_in_file(path, sigs, ranges), sigs)
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         verdict.problem = f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
         say(f"triage: {path}: {verdict.problem}")

@@ -8,8 +8,8 @@ each registered architecture (vLLM's registry maps it to a module and class) and
 it imports, the image's backport of that architecture where the plugin registers one (with the engine's model
 modules it builds on: the V1 Qwen3.5 backport's Qwen3-Next layers), and the
 author's transformers modeling file that defines the class. A field is read where the code says
-`config.NAME`, `self.config.NAME`, `hf_config.NAME`, `text_config.NAME` (and the like), or
-`getattr(config, "NAME", ...)`.
+`config.NAME`, `self.config.NAME`, `hf_config.NAME`, `text_config.NAME` (and the like),
+`getattr(config, "NAME", ...)`, or a getter called the same way (`_get(config, "NAME", ...)`).
 
 The sources are read as text (ast), never imported: the engine venvs' vLLM, the author venv's
 transformers, and common/vllm_plugin. Output: common/engine/model_fields.json, per engine generation
@@ -86,6 +86,27 @@ def file_fields(path: Path) -> FrozenSet[str]:
     return frozenset(fields_read(path.read_text(encoding="utf-8", errors="replace")))
 
 
+def _called(node: ast.Call) -> str:
+    """The name a call calls: `f` of f(...) and of obj.f(...), "" for anything else."""
+    func = node.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
+def _is_getter(node: ast.Call) -> bool:
+    """getattr(config, "NAME"), hasattr, and a getter called the same way (the Gemma 4
+    backport's _get(config, "global_head_dim", default)): the configuration first, a name second.
+    A constructor taken the same way (BaiChuan's `(config, "ROPE")`) reads no field."""
+    name = _called(node)
+    return (
+        ("get" in name.lower() or name == "hasattr")
+        and len(node.args) >= 2
+        and _config_chain(node.args[0])
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+        and node.args[1].value.isidentifier()
+    )
+
+
 def fields_read(source: str) -> Set[str]:
     """The configuration fields a module's code reads."""
     try:
@@ -96,15 +117,7 @@ def fields_read(source: str) -> Set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _config_chain(node.value):
             found.add(node.attr)
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ("getattr", "hasattr")
-            and len(node.args) >= 2
-            and _config_chain(node.args[0])
-            and isinstance(node.args[1], ast.Constant)
-            and isinstance(node.args[1].value, str)
-        ):
+        elif isinstance(node, ast.Call) and _is_getter(node):
             found.add(node.args[1].value)
     return {f for f in found if f not in NOT_FIELDS and not f.startswith("__")}
 

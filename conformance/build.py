@@ -42,6 +42,10 @@ SEEDS = 16
 # What "no window" means when the reference is taken again to see that the window matters.
 NO_WINDOW = 100_000
 WINDOW_KEYS = ("sliding_window", "attention_chunk_size")
+# The attention logits' soft cap: turned off, as the reference of a case with `cap` it must
+# change the tokens (a cap that never bites proves nothing of an engine applying it). The final
+# logits' cap is monotonic, so greedy ids cannot see it, applied or not.
+CAP_KEYS = ("attn_logit_softcapping",)
 
 
 def prompt(vocab: int) -> List[int]:
@@ -126,18 +130,22 @@ def greedy(model: Any, ids: List[int], torch: Any) -> Tuple[List[int], float]:
     return out, gap
 
 
-def reload(transformers: Any, torch: Any, architecture: str, path: Path, no_window: bool = False) -> Any:
-    """The saved checkpoint read back in float32 with the reference attention (eager)."""
+def reload(transformers: Any, torch: Any, architecture: str, path: Path, no_window: bool = False, no_cap: bool = False) -> Any:
+    """The saved checkpoint read back in float32 with the reference attention (eager: the one that
+    applies every soft cap), its windows or its attention cap turned off where asked."""
     cls = getattr(transformers, architecture)
     major, minor = (int(p) for p in transformers.__version__.split(".")[:2])
     dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
     kwargs = {dtype_kw: torch.float32, "attn_implementation": "eager"}
-    if no_window:
+    if no_window or no_cap:
         config = cls.config_class.from_pretrained(str(path))
         for sub in (config, getattr(config, "text_config", None)):
-            for key in WINDOW_KEYS:
+            for key in WINDOW_KEYS if no_window else ():
                 if sub is not None and getattr(sub, key, None):
                     setattr(sub, key, NO_WINDOW)
+            for key in CAP_KEYS if no_cap else ():
+                if sub is not None and getattr(sub, key, None):
+                    setattr(sub, key, None)
         kwargs["config"] = config
     return cls.from_pretrained(str(path), **kwargs).eval()
 
@@ -184,11 +192,18 @@ def author(job: Dict[str, Any], transformers: Any, torch: Any) -> Dict[str, Any]
         if case.get("window"):
             unwindowed, _ = greedy(reload(transformers, torch, case["architecture"], out, no_window=True), ids, torch)
             record["window_visible"] = unwindowed != tokens
-        decisive = gap >= MIN_GAP and record["distinct"] >= MIN_DISTINCT and record.get("window_visible", True)
+        if case.get("cap"):
+            uncapped, _ = greedy(reload(transformers, torch, case["architecture"], out, no_cap=True), ids, torch)
+            record["cap_visible"] = uncapped != tokens
+        visible = record.get("window_visible", True) and record.get("cap_visible", True)
+        decisive = gap >= MIN_GAP and record["distinct"] >= MIN_DISTINCT and visible
         tried.append(record)
         if decisive:
             return record
-    best = max(tried, key=lambda r: (r.get("window_visible", True), r["min_gap"] >= MIN_GAP, r["distinct"], r["min_gap"]))
+    best = max(
+        tried,
+        key=lambda r: (r.get("window_visible", True) and r.get("cap_visible", True), r["min_gap"] >= MIN_GAP, r["distinct"], r["min_gap"]),
+    )
     save_seed = best["seed"]  # the files on disk are the last seed's: make the best one again
     torch.manual_seed(save_seed)
     model = new_model(transformers, case, job["shape"], True, tokenizer)

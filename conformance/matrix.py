@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from common.engine.conformance_cells import fields_table
+from common.engine.start_flags import served_dtype
 from common.engine.vllm_args import UserArgs
 from common.model.config_traits import config_traits, sharding
 from common.model.config_values import config_values
@@ -44,11 +45,12 @@ RESULTS = Path(__file__).resolve().parent / "results.json"
 WORKER = "harness.engine_worker"
 
 
-def cell_values(config: Dict[str, Any], vllm: str, architecture: str, tp: int) -> Dict[str, List[str]]:
+def cell_values(config: Dict[str, Any], vllm: str, architecture: str, tp: int, args: List[str]) -> Dict[str, List[str]]:
     """The value classes a cell's saved config exercised (common/model/config_values.py), for the
-    fields its architecture's model code reads on that engine (common/engine/model_fields.json)."""
+    fields its architecture's model code reads on that engine (common/engine/model_fields.json),
+    started with `args` (the dtype they serve)."""
     fields = fields_table().get("engines", {}).get(vllm, {}).get(architecture, [])
-    return config_values(config, fields, None, int(tp or 1))
+    return config_values(config, fields, None, int(tp or 1), dtype=served_dtype(config, UserArgs(args).value("--dtype")))
 
 
 def cell_id(case: str, saver: str, card: str, tp: int = 1) -> str:
@@ -406,7 +408,7 @@ def judge_all(results: Dict[str, Any], progress: Any) -> None:
         config = json.loads((Path(model) / "config.json").read_text())
         cell["traits"] = config_traits(config, max_model_len_of(args[cell["vllm"]]))
         cell["tp"] = int(cell.get("tp") or 1)
-        cell["values"] = cell_values(config, cell["vllm"], cell["architecture"], cell["tp"])
+        cell["values"] = cell_values(config, cell["vllm"], cell["architecture"], cell["tp"], args[cell["vllm"]])
         cell.pop("sharding", None)
         if cell["tp"] > 1:
             cell["sharding"] = sharding(config, cell["tp"])
@@ -467,7 +469,7 @@ def collect(
             row["fingerprint"] = cell["fingerprint"]
             config = json.loads((Path(cell["model"]) / "config.json").read_text())
             row["traits"] = config_traits(config, max_model_len_of(cell["args"]))
-            row["values"] = cell_values(config, vllm, case["architecture"], cell["tp"])
+            row["values"] = cell_values(config, vllm, case["architecture"], cell["tp"], cell["args"])
             row["model"] = cell["model"]
             out.append(row)
     # A cell that made the very same start as another (its log holds only the plan) has that

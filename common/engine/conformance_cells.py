@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 
-from ..model.config_traits import config_traits, sharding
+from ..model.config_traits import config_traits, groups, sharding
 from ..model.config_values import config_values, uncovered
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
@@ -156,7 +156,8 @@ def judge(
 ) -> Tuple[str, Optional[Dict[str, Any]], List[str]]:
     """(tokens, the cell that decides, what stays open) for the model of `config` on `card`,
     started at tensor-parallel size `tp` with `engine_args` (config_values' keyword arguments:
-    the platform's --quantization, --kv-cache-dtype, --pipeline-parallel-size)."""
+    the platform's --quantization, --kv-cache-dtype, --pipeline-parallel-size, and the dtype
+    --dtype serves)."""
     values = model_values(card, config, tp, quantize_config, **engine_args)
     failing = failing_cell(card, config, max_model_len, values)
     if failing is not None:
@@ -197,8 +198,10 @@ def unsharded(card: str, config: Mapping[str, Any], tp: int) -> List[str]:
 
 
 def start_view(config: Mapping[str, Any], user: UserArgs) -> Tuple[Dict[str, Any], Dict[str, Any], List[str]]:
-    """(the configuration the engine reads under the start's --hf-overrides, the start's
-    arguments as judge() takes them, what of them cannot be placed)."""
+    """(the configuration the engine reads under the start's --hf-overrides and its own flags
+    (start_flags.py), the start's arguments as judge() takes them with the context it is served
+    with (`max_model_len`), what of them cannot be placed)."""
+    from .start_flags import served_dtype, with_start_flags
     from .vllm_args import int_arg
 
     view, problems = dict(config), []
@@ -212,13 +215,16 @@ def start_view(config: Mapping[str, Any], user: UserArgs) -> Tuple[Dict[str, Any
             view = _merged(view, overrides)
         else:
             problems.append("--hf-overrides that doctor cannot read as one JSON object")
+    view, max_model_len, flag_problems = with_start_flags(view, user, user.value("--max-model-len"))
     args = {
+        "max_model_len": max_model_len,
         "tp": tensor_parallel_size(user),
         "quantization": user.value("--quantization"),
         "kv_cache_dtype": user.value("--kv-cache-dtype") or "auto",
         "pipeline_parallel": int_arg(user, "--pipeline-parallel-size") or 1,
+        "dtype": served_dtype(view, user.value("--dtype")),
     }
-    return view, args, problems
+    return view, args, problems + flag_problems
 
 
 def tensor_parallel_size(user: UserArgs) -> int:
@@ -242,9 +248,9 @@ def judge_start(
     """judge() for a start with the platform's arguments (a UserArgs), at their tensor-parallel
     size or at `tp` where given (the smallest one memory says holds the model)."""
     view, args, problems = start_view(config, user)
-    asked = args.pop("tp")
+    asked, max_model_len = args.pop("tp"), args.pop("max_model_len")
     tp = asked if tp is None else tp
-    tokens, cell, open_list = judge(card, view, user.value("--max-model-len"), tp, quantize_config, **args)
+    tokens, cell, open_list = judge(card, view, max_model_len, tp, quantize_config, **args)
     if problems and tokens == "proven":
         return "unproven", cell, problems
     return tokens, cell, problems + open_list
@@ -253,8 +259,8 @@ def judge_start(
 def failing_start(card: str, config: Mapping[str, Any], user: UserArgs) -> Optional[Dict[str, Any]]:
     """failing_cell() for a start with the platform's arguments (a UserArgs)."""
     view, args, _ = start_view(config, user)
-    tp = args.pop("tp")
-    return failing_cell(card, view, user.value("--max-model-len"), model_values(card, view, tp, None, **args))
+    tp, max_model_len = args.pop("tp"), args.pop("max_model_len")
+    return failing_cell(card, view, max_model_len, model_values(card, view, tp, None, **args))
 
 
 def nearest_exact(card: str, config: Mapping[str, Any], max_model_len: Optional[str] = None) -> Tuple[Optional[Dict[str, Any]], List[str]]:
@@ -264,9 +270,22 @@ def nearest_exact(card: str, config: Mapping[str, Any], max_model_len: Optional[
     traits = config_traits(dict(config), max_model_len)
     if not exact:
         return None, ["its traits (" + _trait_text(config, max_model_len) + ") in no exact cell of its architecture and saver"]
-    unseen = [f"trait {k}={v}" for k, v in sorted(traits.items()) if not any(c.get("traits", {}).get(k) == v for c in exact)]
+    # Traits that change the same computation must have been exercised together by one cell.
+    unseen = [
+        _unseen_text(group, traits)
+        for group in groups(traits)
+        if not any(all(c.get("traits", {}).get(k) == traits[k] for k in group) for c in exact)
+    ]
     nearest = max(exact, key=lambda c: sum(c.get("traits", {}).get(k) == v for k, v in traits.items()))
     return nearest, unseen
+
+
+def _unseen_text(group: Tuple[str, ...], traits: Mapping[str, Any]) -> str:
+    """`trait kv=mqa`, or for traits judged together `traits rope=longrope, rope_regime=past,
+    partial_rotary=True together`."""
+    if len(group) == 1:
+        return f"trait {group[0]}={traits[group[0]]}"
+    return "traits " + ", ".join(f"{k}={traits[k]}" for k in group) + " together"
 
 
 def _trait_text(config: Mapping[str, Any], max_model_len: Optional[str]) -> str:

@@ -13,7 +13,8 @@ the same for that purpose when they take the same path through the code:
   - a nested object is its leaves, named by their dotted path (`rope_scaling.rope_type`).
 Besides the fields the code reads, every model is judged on `@quantization` (the method of its
 weights, or the platform's --quantization; none for a float checkpoint), and on the start's
-`@tensor_parallel_size`, `@pipeline_parallel_size` and `@kv_cache_dtype`.
+`@tensor_parallel_size`, `@pipeline_parallel_size`, `@kv_cache_dtype` and `@dtype` (what --dtype
+serves: every cell runs float32).
 Standard library only.
 """
 
@@ -79,8 +80,18 @@ QUANTIZATION = "@quantization"
 TENSOR_PARALLEL = "@tensor_parallel_size"
 PIPELINE_PARALLEL = "@pipeline_parallel_size"
 KV_CACHE_DTYPE = "@kv_cache_dtype"
+# The dtype the engine computes in: every cell runs float32 (the author's greedy ids are
+# float32's), so a start in another dtype is a regime no cell ran.
+DTYPE = "@dtype"
 HEAD_SIZE = "@head_size"
 ROTARY_DIM = "@rotary_dim"
+# Sizes a kernel dispatches on, compared exactly (a head of 512 runs other code than one of 64),
+# as `@head_size` is: Gemma 4's full-attention layers' head (`global_head_dim`) and each layer's
+# own (transformers 5's `per_layer_config`).
+EXACT_SIZES = frozenset(("global_head_dim", "per_layer_config[].head_dim"))
+# Objects keyed by layer index (transformers 5's per_layer_config): their items are read as a
+# list's, so that which layers carry an override does not make a path of its own.
+BY_LAYER = frozenset(("per_layer_config",))
 # Lists longer than this are read as their element classes only (a 128-layer pattern).
 MAX_LEAVES = 4096
 
@@ -110,6 +121,11 @@ def value_class(value: Any) -> List[str]:
 
 
 def _leaves(prefix: str, value: Any, out: Dict[str, List[str]], depth: int = 0) -> None:
+    if prefix in BY_LAYER and isinstance(value, dict):
+        value = list(value.values())
+    if prefix in EXACT_SIZES and positive_int(value) is not None:
+        out[prefix] = [f"size:{value}"]
+        return
     if isinstance(value, dict) and depth < 4:
         for key, item in value.items():
             if isinstance(key, str):
@@ -172,6 +188,7 @@ def config_values(
     quantization: Optional[str] = None,
     kv_cache_dtype: str = "auto",
     pipeline_parallel: int = 1,
+    dtype: str = "float32",
 ) -> Dict[str, List[str]]:
     """{field path: its classes} for the `fields` the model code reads (inert ones left out),
     plus the pseudo-fields, the start's arguments among them (`quantization`: the platform's
@@ -202,6 +219,7 @@ def config_values(
     out[TENSOR_PARALLEL] = [f"size:{tensor_parallel}"]
     out[PIPELINE_PARALLEL] = [f"size:{pipeline_parallel}"]
     out[KV_CACHE_DTYPE] = ["str:" + str(kv_cache_dtype)]
+    out[DTYPE] = ["str:" + str(dtype)]
     return out
 
 

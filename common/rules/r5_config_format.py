@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 
+from ..engine.start_flags import AUTO_SERVES
 from ..model.headsize import NESTED_TEXT_CONFIGS as NESTED
 from ..model.json_numbers import INFINITY, number, positive_int
 from ..plan import Repair
@@ -36,11 +37,9 @@ if TYPE_CHECKING:
 # The dtype names a config may carry; anything else is never passed on (a model's string must
 # not become a flag: `--dtype --trust-remote-code` would be two arguments to vLLM).
 CONFIG_DTYPES = ("float16", "bfloat16", "float32", "float64", "half", "float")
-# What `--dtype auto` serves for each config dtype, in vLLM 0.5.5 as in 0.11: a float32 config
-# is served in half precision. A lost dtype is restored only where it changes that choice (a
+# A lost dtype is restored only where it changes what `--dtype auto` serves (AUTO_SERVES: a
 # `dtype: float32` model lost to 4.55 is served in float16 either way; `--dtype float32` would
 # double its weight memory), i.e. where the engine would pick differently for float32.
-AUTO_SERVES = {"float32": "float16", "float": "float16", "float64": "float16"}
 # Keys transformers 5 renamed, per model_type: (the key it writes, the key transformers 4.x reads).
 # Its class answers to the old name through attribute_map; whether the engine's does is a profile fact.
 RENAMED = {
@@ -66,6 +65,28 @@ def _scaling_ok(scaling: Dict[str, Any]) -> Optional[str]:
         if isinstance(value, list) and all(_number(v, low_open=False) for v in value):
             continue
         return f"{key} is {_shown(value)}"
+    return None
+
+
+def _not_finite(value: Any, path: str, depth: int = 0) -> Optional[Tuple[str, Any]]:
+    """The first value in `value` that strict JSON cannot write (NaN or an infinity, which
+    Python's json reads from a config.json), with its path; None when there is none. A nested
+    config is handed on whole, so one such value anywhere in it would make the plan's JSON and
+    the rewritten config.json not JSON."""
+    if isinstance(value, float):
+        return (path, value) if value - value != 0.0 else None
+    if depth > 64:  # deeper than any config: not walked, and not handed on either
+        return (path, "...")
+    if isinstance(value, dict):
+        items = [(f"{path}.{k}", v) for k, v in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    else:
+        return None
+    for inner_path, inner in items:
+        found = _not_finite(inner, inner_path, depth + 1)
+        if found:
+            return found
     return None
 
 
@@ -167,7 +188,16 @@ class ConfigFormat(Rule):
                     outcome.findings.append(
                         self.finding("warning", f"{key}.{why}: not restored; the engine's transformers {version} will use its default")
                     )
-                if inner:
+                bad = _not_finite(nested, key) if inner else None
+                if bad:
+                    outcome.findings.append(
+                        self.finding(
+                            "warning",
+                            f"{key} is handed on whole and {bad[0]} is {bad[1]}, which JSON cannot carry: "
+                            f"{key}.{', '.join(sorted(inner))} not restored; the engine's transformers {version} will use its default",
+                        )
+                    )
+                elif inner:
                     # Given whole: vLLM's --hf-overrides would replace the nested dict wholesale.
                     nested_edits[key] = dict(nested, **inner)
                     lost.update({f"{key}.{name}": value for name, value in inner.items()})

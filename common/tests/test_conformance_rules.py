@@ -58,6 +58,51 @@ def test_traits_read_the_configuration_that_decides_the_computation():
     assert moe["experts"] == {"shared": True, "norm_topk_prob": False}
 
 
+DEEPSEEK = {"model_type": "deepseek_v2", "n_routed_experts": 64, "num_hidden_layers": 27, "first_k_dense_replace": 1, "moe_layer_freq": 1}
+QWEN_MOE = {"model_type": "qwen3_moe", "num_experts": 128, "num_hidden_layers": 48, "decoder_sparse_step": 1, "mlp_only_layers": []}
+QWEN2_WINDOW = {"model_type": "qwen2", "num_hidden_layers": 28, "use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 28}
+
+
+@pytest.mark.parametrize(
+    "config, context, pattern",
+    [
+        (DEEPSEEK, None, ["dense", "moe"]),
+        (dict(DEEPSEEK, first_k_dense_replace=64), None, ["dense"]),  # a count past the layers: no MoE layer
+        (dict(DEEPSEEK, first_k_dense_replace=0, moe_layer_freq=2), None, ["dense", "moe"]),
+        (QWEN_MOE, None, ["moe"]),
+        (dict(QWEN_MOE, decoder_sparse_step=2), None, ["dense", "moe"]),
+        (dict(QWEN_MOE, mlp_only_layers=list(range(48))), None, ["dense"]),
+        (dict(QWEN_MOE, num_hidden_layers=None), None, ["unknown"]),
+        (QWEN2_WINDOW, "8192", ["full"]),  # the window only from layer 28 on: on none of 28
+        (dict(QWEN2_WINDOW, max_window_layers=14), "8192", ["full", "window"]),
+        (dict(QWEN2_WINDOW, max_window_layers=0), "8192", ["window"]),
+        (dict(QWEN2_WINDOW, max_window_layers=14), "4096", None),  # the window never bites
+        (LLAMA31, None, None),
+    ],
+)
+def test_the_layer_pattern_is_the_kinds_of_layer_the_counts_make(config, context, pattern):
+    assert config_traits(config, context)["layers"] == pattern
+
+
+def test_a_layer_pattern_no_cell_ran_is_judged_with_the_window_and_named():
+    """Qwen3-MoE with every layer dense (mlp_only_layers): the experts never run, a pattern no
+    cell of its architecture ran; doctor names it with the traits judged together with it."""
+    from conformance.cases import load_cases
+    from conformance.models import ensure, model_dir as saved
+
+    import json
+
+    [spec] = [c for c in load_cases() if c["name"] == "qwen3-moe"]
+    ensure([spec], ["v5"])
+    config = json.loads((saved(spec, "v5") / "model" / "config.json").read_text())
+    assert config_traits(config, "256")["layers"] == ["moe"]
+    dense = dict(config, mlp_only_layers=list(range(config["num_hidden_layers"])))
+    tokens, _, open_list = conformance_cells.judge("nv-a100", config, "256")
+    assert tokens == "proven", open_list
+    tokens, _, open_list = conformance_cells.judge("nv-a100", dense, "256")
+    assert tokens == "unproven" and "traits window=none, softcap=False, layers=['dense'] together" in open_list, open_list
+
+
 def cell(result, traits, saver="legacy", **extra):
     return dict(architecture="Gemma2ForCausalLM", variant="gemma2", saved_by="4.55.4", saver=saver, traits=traits, result=result, **extra)
 

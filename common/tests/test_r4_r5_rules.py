@@ -337,3 +337,19 @@ def test_a_renamed_key_that_is_no_count_is_not_restored(tmp_path, env_for_tests,
     plan = preflight_json(model_dir(tmp_path / "m", {"config.json": config}), env=env_for_tests)
     assert "num_experts" not in (overrides(plan) or {})
     assert any("num_local_experts is" in f["message"] for f in findings(plan, "R5")), plan["findings"]
+
+
+def test_a_nested_config_holding_infinity_is_not_handed_on(tmp_path, env_for_tests):
+    """Python's json reads NaN and Infinity from a config.json; the repaired text_config would
+    carry them into the plan's JSON and a rewritten config.json, which strict JSON cannot hold:
+    a finding names the value, and nothing is restored."""
+    config = json.loads(json.dumps(LLAVA_V5))
+    config["text_config"]["head_dim"] = float("inf")
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))  # Infinity, as a hand-edited file has it
+    plan = preflight_json(model, env=env_for_tests)
+    assert repairs(plan, "R5") == [] and "--hf-config-path" not in plan["args"]
+    [finding] = findings(plan, "R5")
+    assert "text_config.head_dim is inf, which JSON cannot carry" in finding["message"], finding
+    assert "text_config.rope_theta not restored" in finding["message"], finding

@@ -101,6 +101,20 @@ def test_the_field_table_is_read_from_the_model_code():
     assert "Qwen3_5ForCausalLM" in engines["0.5.5"] and "query_pre_attn_scalar" in engines["0.5.5"]["Gemma3ForCausalLM"]
 
 
+def test_kernel_sizes_of_other_layers_are_compared_exactly():
+    """Gemma 4's full-attention layers' head (global_head_dim) and transformers 5's per-layer
+    overrides are sizes a kernel dispatches on, as the model's head size is: exact, whichever
+    layers carry them."""
+    gemma4 = {"model_type": "gemma4_text", "head_dim": 256, "global_head_dim": 512}
+    values = config_values(
+        dict(gemma4, per_layer_config={"5": {"head_dim": 512}, "11": {"head_dim": 512, "num_key_value_heads": 1}}),
+        ["global_head_dim", "head_dim", "per_layer_config"],
+    )
+    assert values["global_head_dim"] == values["per_layer_config[].head_dim"] == ["size:512"]
+    assert values["head_dim"] == ["num:+"] and values["@head_size"] == ["size:256"]  # the model's own head: @head_size
+    assert values["per_layer_config[].num_key_value_heads"] == ["num:+"]
+
+
 def test_value_classes_keep_categories_and_the_sign_of_numbers():
     assert value_class("silu") == ["str:silu"] and value_class(True) == ["true"] and value_class(None) == ["null"]
     assert value_class(4096) == value_class(1e6) == ["num:+"] and value_class(0) == ["num:0"]
@@ -165,10 +179,15 @@ def test_the_starts_arguments_and_overrides_are_judged_too(cells, tmp_path):
     cells(result_cell(MISTRAL, "exact", "mistral"))
     model = model_dir(tmp_path / "m", {"config.json": MISTRAL})
 
-    def tokens(*args):
-        return tokens_of({"model_dir": str(model), "card": CARD, "user_args": ["--max-model-len", CONTEXT, *args]})
+    def tokens(*args, dtype=("--dtype", "float32")):
+        return tokens_of({"model_dir": str(model), "card": CARD, "user_args": ["--max-model-len", CONTEXT, *dtype, *args]})
 
     assert tokens()[0] == "proven"
+    # Every cell runs float32: `auto` serves this float32 configuration in float16, no cell's.
+    assert tokens(dtype=())[2] == ["@dtype=float16"] and tokens(dtype=("--dtype", "bfloat16"))[2] == ["@dtype=bfloat16"]
+    # The engine's own rope flags change the configuration it reads, as --hf-overrides does.
+    assert tokens("--rope-theta", "5e5")[0] == "proven"  # another theta takes the same code
+    assert "rope_scaling.rope_type=dynamic" in tokens("--rope-scaling", '{"rope_type": "dynamic", "factor": 2.0}')[2]
     assert tokens("--quantization", "fp8")[2] == ["@quantization=fp8"]
     assert tokens("--kv-cache-dtype", "fp8")[2] == ["@kv_cache_dtype=fp8"]
     assert tokens("-pp", "2")[2] == ["@pipeline_parallel_size=2"]
@@ -179,7 +198,7 @@ def test_the_starts_arguments_and_overrides_are_judged_too(cells, tmp_path):
     for extra in ({"compression_config": {"format": "int-quantized"}}, {"quantization_config": {"bits": 4}}):
         assert judge(dict(MISTRAL, **extra))[2] == ["@quantization=unknown"]
     modelopt = model_dir(tmp_path / "modelopt", {"config.json": MISTRAL, "hf_quant_config.json": {"producer": {"name": "modelopt"}}})
-    assert tokens_of({"model_dir": str(modelopt), "card": CARD, "user_args": []})[2] == ["@quantization=modelopt"]
+    assert tokens_of({"model_dir": str(modelopt), "card": CARD, "user_args": ["--dtype", "float32"]})[2] == ["@quantization=modelopt"]
 
 
 def test_quantized_checkpoints_and_other_tensor_parallel_sizes_need_cells_of_their_own(cells):
@@ -218,7 +237,8 @@ def test_a_known_difference_fails_the_model_wherever_its_culprit_appears(cells, 
     windowed = dict(MISTRAL, sliding_window=64)
     cells(result_cell(MISTRAL, "exact", "mistral"), result_cell(windowed, "differs", "mistral-window", first_difference=3))
     baked_cell = conformance_cells.table()["cards"][CARD]["cells"][1]
-    assert baked_cell["culprit"] == {"window": "all"}
+    # The window with what is judged together with it (the cap, the layer pattern): the scores' kernel.
+    assert baked_cell["culprit"] == {"window": "all", "softcap": False, "layers": None}
     # Tied embeddings and another window size: no cell has these traits, and still C1 fails it.
     mine = dict(windowed, sliding_window=100, tie_word_embeddings=True)
     [finding] = c1(tmp_path, mine)
@@ -237,7 +257,7 @@ def test_a_culprit_is_widened_until_no_exact_cell_shares_it(cells, tmp_path):
         result_cell(windowed, "differs", "mistral-window"),
     )
     culprit = conformance_cells.table()["cards"][CARD]["cells"][2]["culprit"]
-    assert culprit == {"tied": False, "window": "all"}
+    assert culprit == {"tied": False, "window": "all", "softcap": False, "layers": None}
     # The window alone is no culprit (an exact cell has it tied); window and untied head are.
     assert c1(tmp_path, dict(windowed, tie_word_embeddings=True)) == []
     assert [f["code"] for f in c1(tmp_path, dict(windowed, sliding_window=100))] == ["C1"]
@@ -246,7 +266,7 @@ def test_a_culprit_is_widened_until_no_exact_cell_shares_it(cells, tmp_path):
 def test_doctor_names_what_stays_open(cells, tmp_path):
     cells(result_cell(MISTRAL, "exact", "mistral"))
     gelu = model_dir(tmp_path / "gelu", {"config.json": dict(MISTRAL, hidden_act="gelu")})
-    data = {"model_dir": str(gelu), "card": CARD, "user_args": ["--max-model-len", CONTEXT, "-tp", "2"]}
+    data = {"model_dir": str(gelu), "card": CARD, "user_args": ["--max-model-len", CONTEXT, "--dtype", "float32", "-tp", "2"]}
     tokens, cell, open_list = tokens_of(data)
     assert tokens == "unproven" and open_list == [
         "@tensor_parallel_size=2",
@@ -259,7 +279,7 @@ def test_doctor_names_what_stays_open(cells, tmp_path):
 def test_doctor_many_rows_and_table_carry_what_stays_open(cells, tmp_path):
     cells(result_cell(MISTRAL, "exact", "mistral"))
     gelu = model_dir(tmp_path / "gelu", {"config.json": dict(MISTRAL, hidden_act="gelu", rope_theta=-1.0)})
-    data = {"model_dir": str(gelu), "card": CARD, "user_args": ["--max-model-len", CONTEXT, "-tp", "2"]}
+    data = {"model_dir": str(gelu), "card": CARD, "user_args": ["--max-model-len", CONTEXT, "--dtype", "float32", "-tp", "2"]}
     tokens, _, open_list = tokens_of(data)
     plan = {"verdict": "starts", "repairs": [], "findings": [], "failing": [], "unverified": [], "args": [], "env": {}}
     row = doctor_many.row_of(str(gelu), CARD, dict(plan, tokens=tokens, tokens_open=open_list))

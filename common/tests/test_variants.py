@@ -224,8 +224,10 @@ def test_doctor_finds_the_checkouts_engine_venvs_and_says_which_verified(models)
     for name, venv in (("nv-a100", ENGINE_VENVS[0]), ("nv-a100@next", ENGINE_VENVS[1])):
         assert variants[name]["engine_python"] == {"path": str(venv), "source": "this checkout's engine venv"}
     assert data["recommended"] == "nv-a100@next" and data["repairs"] == []
+    # Served as its file says, in bfloat16: no cell ran that dtype (every cell runs float32).
+    assert variants["nv-a100"]["tokens"] == "unproven" and "@dtype=bfloat16" in variants["nv-a100"]["tokens_open"], variants
     text = subprocess.run(
-        [sys.executable, "-m", "common", "doctor", str(models("v5-generic")), "--card", "nv-a100"],
+        [sys.executable, "-m", "common", "doctor", str(models("v5-generic")), "--card", "nv-a100", "--", "--dtype", "float32"],
         cwd=str(CHECKOUT),
         env=env,
         capture_output=True,

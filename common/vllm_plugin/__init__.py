@@ -5,7 +5,7 @@ Python's importlib.metadata finds the `*.dist-info` here on sys.path, so vLLM's
 with this directory on PYTHONPATH (its name, `compat_weights`, is the one VLLM_PLUGINS allowlists;
 its module is `compat_plugin`, whose register() installs the rest); the table modules it applies
 (`compat_fused_experts`, `compat_weight_names`), the backports package (`compat_backports`, R10)
-and the engine patches (`compat_patches`, with their ledger) are then top-level. The runtime package imports the same modules as `common.vllm_plugin.*` for
+and the engine patches (`compat_patches`) are then top-level. The runtime package imports the same modules as `common.vllm_plugin.*` for
 their tables; a backport's own module (torch, vLLM) is imported only inside the engine.
 
 R12's config classes (`compat_configs`) cannot wait for the entry point: vLLM 0.5.5 reads

@@ -332,6 +332,8 @@ ISSUE_CASES = [
     # made the MLA head size float arithmetic (OverflowError: every repair of the start lost).
     {"config.json": _dump({"model_type": "mixtral", "num_local_experts": 0})},
     {"config.json": _dump({"model_type": "deepseek_v2", "qk_nope_head_dim": 0.0, "qk_rope_head_dim": 10**400})},
+    # Found by a run's fuzz seed: R5 handed on a nested text_config whole, with its Infinity.
+    {"config.json": _dump({"text_config": {"head_dim": float("inf"), "rope_parameters": {"rope_type": "default", "rope_theta": 5.0}}})},
 ]
 NAMES = ("config.json", "tokenizer_config.json", "generation_config.json", "tokenizer.json", "chat_template.jinja")
 

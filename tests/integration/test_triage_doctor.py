@@ -280,8 +280,7 @@ def test_a_log_searched_in_ranges_gets_the_verdict_and_evidence_of_one_process(t
     assert alone is not None and alone[0].code == "R3b" and "Tok390" in alone[1]
     monkeypatch.setattr(triage, "BLOCK", 97)
     for parts in (2, 3, 7):
-        monkeypatch.setattr(triage, "_range_count", lambda path, parts=parts: parts)
-        verdict = triage.triage_file(str(log))
+        verdict = triage.triage_file(str(log), ranges=parts)
         assert (verdict.code, verdict.evidence) == (alone[0].code, alone[1]), parts
     assert "searched in one process" not in logged.getvalue()
 
@@ -289,7 +288,7 @@ def test_a_log_searched_in_ranges_gets_the_verdict_and_evidence_of_one_process(t
         raise OSError(11, "Resource temporarily unavailable")
 
     monkeypatch.setattr(os, "fork", no_fork)  # no process to be had: searched here, and said so
-    verdict = triage.triage_file(str(log))
+    verdict = triage.triage_file(str(log), ranges=3)
     assert (verdict.code, verdict.evidence) == (alone[0].code, alone[1])
     assert "searched in one process ([Errno 11] Resource temporarily unavailable)" in logged.getvalue()
 
