@@ -5,7 +5,7 @@ configuration and a string reads no field."""
 
 from compat_build.model_fields import fields_read
 
-SOURCE = '''
+SOURCE = """
 def _get(config, key, default=None):
     return getattr(config, key, default)
 
@@ -17,7 +17,7 @@ class Layer:
         self.kv = helpers.get_field(config, "num_global_key_value_heads")
         self.model = BaiChuanBaseForCausalLM(config, "ROPE")
         self.other = _get(tokenizer, "pad_token")
-'''
+"""
 
 
 def test_getters_called_with_the_configuration_are_reads_and_constructors_are_not():
