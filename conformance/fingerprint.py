@@ -33,80 +33,24 @@ from functools import cache
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
+from compat_build import import_graph
+
 from .cases import AUTHOR, ENGINES, PLATFORM_ARGS, ROOT, SAVERS, Engine, case_key, tp_args
 
 COMMON = ROOT / "common"
 PLUGIN = COMMON / "vllm_plugin"
 BACKPORTS = PLUGIN / "compat_backports"
-# Where an absolute import may resolve: the checkout (common.x, harness.x) and the plugin directory,
-# which is on the engine's PYTHONPATH (compat_backports.x).
-IMPORT_ROOTS = (ROOT, PLUGIN)
 LAUNCH_ROOTS = (COMMON / "start" / "launch.py", ROOT / "harness" / "engine_worker.py", ROOT / "harness" / "engine_env.py")
 # The engine tables under common/engine/ that a repairing rule reads at every start.
 START_DATA = ("config_names.json",)
 EXCLUDED_ASSIGNMENTS = {COMMON / "rules" / "support" / "scopes.py": "C1_ARCHITECTURES"}
 
 
-def _module_file(base: Path, dotted: str) -> Optional[Path]:
-    path = base.joinpath(*dotted.split(".")) if dotted else base
-    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _imports(path: Path) -> List[Path]:
-    """The project files `path` imports (its packages' __init__ files included)."""
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return []
-    out: List[Path] = []
-
-    def absolute(dotted: str) -> None:
-        parts = dotted.split(".")
-        for base in IMPORT_ROOTS:
-            found = [f for i in range(1, len(parts) + 1) if (f := _module_file(base, ".".join(parts[:i])))]
-            if found:
-                out.extend(found)
-                return
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                absolute(alias.name)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                package = path.parent
-                for _ in range(node.level - 1):
-                    package = package.parent
-                target = _module_file(package, node.module or "")
-                if target:
-                    out.append(target)
-                for alias in node.names:  # `from . import x` names modules, not attributes
-                    sub = _module_file(package, ".".join(filter(None, [node.module, alias.name])))
-                    if sub:
-                        out.append(sub)
-            elif node.module:
-                absolute(node.module)
-                for alias in node.names:
-                    absolute(f"{node.module}.{alias.name}")
-    return out
-
-
 @cache
 def closure(roots: Tuple[Path, ...], stops: FrozenSet[Path] = frozenset()) -> FrozenSet[Path]:
-    """`roots` and every project file they import, transitively, not through `stops`."""
-    seen = set()
-    todo = list(roots)
-    while todo:
-        path = todo.pop()
-        if path in seen or path in stops or not path.is_file():
-            continue
-        seen.add(path)
-        if path.suffix == ".py":
-            todo.extend(_imports(path))
-    return frozenset(seen)
+    """`roots` and every project file they run, transitively, not through `stops` (the project's
+    one reader of its imports: compat_build/import_graph.py)."""
+    return import_graph.closure(roots, stops)
 
 
 def _files_under(folder: Path, suffixes: Iterable[str] = ()) -> Tuple[Path, ...]:

@@ -5,63 +5,20 @@ from the registry that imports them, a helper from its caller), which is what th
 
 from __future__ import annotations
 
-import ast
 import graphlib
 from pathlib import Path
 from typing import Dict, Optional, Set
 
+from compat_build.import_graph import imports
+
 ROOT = Path(__file__).resolve().parents[2]
-PLUGIN = ROOT / "common" / "vllm_plugin"
-# Where the project's Python lives; the plugin directory is on the engine's PYTHONPATH, so its
-# packages import each other by absolute name (compat_backports.x).
+# Where the project's Python lives (the plugin's and the shims' directories are among them).
 PACKAGES = ("common", "conformance", "compat_build", "harness", "scripts")
-
-
-def module_file(base: Path, dotted: str) -> Optional[Path]:
-    path = base.joinpath(*dotted.split(".")) if dotted else base
-    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def imported(path: Path) -> Set[Path]:
-    """The project modules `path` names in an import, anywhere in it: the module itself where the
-    name is one (`from . import scopes`), else the package the name comes from. A package's
-    __init__ run on the way to a submodule is Python's doing, not the importer's: not an edge."""
-    out: Set[Path] = set()
-
-    def absolute(dotted: str) -> bool:
-        for base in (ROOT, PLUGIN):
-            found = module_file(base, dotted)
-            if found is not None:
-                out.add(found)
-                return True
-        return False
-
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                absolute(alias.name)
-        elif isinstance(node, ast.ImportFrom) and node.level:
-            package = path.parent
-            for _ in range(node.level - 1):
-                package = package.parent
-            for alias in node.names:
-                found = module_file(package, ".".join(filter(None, [node.module, alias.name]))) or module_file(package, node.module or "")
-                if found is not None:
-                    out.add(found)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            for alias in node.names:
-                if not absolute(f"{node.module}.{alias.name}"):
-                    absolute(node.module)
-    out.discard(path)
-    return out
 
 
 def graph() -> Dict[str, Set[str]]:
     files = [p for name in PACKAGES for p in (ROOT / name).rglob("*.py") if "__pycache__" not in p.parts]
-    return {str(p.relative_to(ROOT)): {str(t.relative_to(ROOT)) for t in imported(p)} for p in files}
+    return {str(p.relative_to(ROOT)): {str(t.relative_to(ROOT)) for t in imports(p)} for p in files}
 
 
 def test_the_graph_is_read_from_real_imports():
@@ -72,6 +29,12 @@ def test_the_graph_is_read_from_real_imports():
     assert "common/vllm_plugin/compat_backports/__init__.py" in edges["common/rules/r4_architectures.py"]
     # `from . import scopes` is the submodule; `from .base import Rule` the module it names
     assert {"common/rules/support/scopes.py", "common/rules/support/base.py"} <= edges["common/rules/__init__.py"]
+    # a shim imports through the shim directory, first on the engine's PYTHONPATH under R7
+    assert "common/shims/compat_shim_overlay.py" in edges["common/shims/ixformer/__init__.py"]
+    # what runs (the fingerprints' reading) adds the packages' __init__ files on the way
+    report = ROOT / "conformance" / "report.py"  # from common.model.config_traits import ...
+    ran = {str(t.relative_to(ROOT)) for t in imports(report, packages=True)} - {str(t.relative_to(ROOT)) for t in imports(report)}
+    assert {"common/__init__.py", "common/model/__init__.py"} <= ran
 
 
 def test_no_module_imports_from_a_layer_above_it():
