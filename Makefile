@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CARD   ?= nv-a100
 
-.PHONY: conformance help venv author-env engine-env engine055-env engine-next-env upstream-src vllm-caches envs models-v5 models-455 models-457 image-change-models base-engine base-engine055 base-engine-next bases-in-daemon images-on-engine images-on-engine055 images-on-engine-next images-in-daemon base-images images docker-prune demo test test-in-daemon test-fast fuzz fixtures bench bench-images profiles profiles-check config-names render build release-check lint clean
+.PHONY: conformance help venv author-env engine-env engine055-env engine-next-env upstream-src vllm-caches envs locks models-v5 models-455 models-457 image-change-models base-engine base-engine055 base-engine-next bases-in-daemon images-on-engine images-on-engine055 images-on-engine-next images-in-daemon base-images images docker-prune demo test test-in-daemon test-fast fuzz fixtures bench bench-images profiles profiles-check config-names render build release-check lint clean
 
 help:
 	@echo "make demo        a transformers-5 model the $(CARD) engine refuses, served through the image's entrypoint with its author's tokens"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench-images         image size, rebuild and container start figures"
 	@echo "make release-check        every step of the v* release workflow except push and register (BASES=local: on the local bases)"
 	@echo "make lint        ruff, ruff format, vermin (runtime stays Python 3.10), shellcheck, hadolint, actionlint"
+	@echo "make locks       rewrite envs/*/lock.txt from the built venvs (after a requirement changed and its venv was built)"
 	@echo "make fixtures    regenerate the committed fixture models (harness/fixtures/models)"
 
 # Each venv is built once per spec hash in a cache outside the checkout (scripts/make-venv.sh).
@@ -45,6 +46,10 @@ engine-next-env:
 	@$(TIMED) engine-next-env scripts/make-venv.sh engine-next .venv-engine-next python3.11
 upstream-src: venv
 	@$(TIMED) upstream-src $(PY) scripts/fetch_upstream.py
+# Each env's install.sh installs under its lock.txt, so a rebuild gives the same venv. After a
+# requirement changes: delete that lock's lines the change moves, build the venv, then `make locks`.
+locks: venv
+	$(PY) scripts/lock_envs.py
 
 # The models of the conformance cells `make test` runs again, saved by each saver as soon as its
 # venv is there (the author's first: the others save its weights again), beside the engine builds
@@ -159,11 +164,13 @@ profiles: venv author-env engine-env engine055-env engine-next-env
 	$(PY) -m compat_build.profiles
 	$(PY) -m compat_build.model_fields
 	$(PY) -m compat_build.config_names
+	$(PY) -m compat_build.scopes
 
 profiles-check: venv author-env engine-env engine055-env engine-next-env
 	$(PY) -m compat_build.profiles --check
 	$(PY) -m compat_build.model_fields --check
 	$(PY) -m compat_build.config_names --check
+	$(PY) -m compat_build.scopes --check
 
 # The engine builds each registered architecture's model class from the configs both savers
 # write (minutes): the names R13 states (compat_build/config_names.py).

@@ -36,6 +36,7 @@ STEP_FILES = (
     ("common/engine/patching.py", "steps/common/engine/patching.py"),
     ("common/codes.py", "steps/common/codes.py"),
     ("common/code_kinds.py", "steps/common/code_kinds.py"),
+    ("common/checks/__init__.py", "steps/common/checks/__init__.py"),
     ("common/checks/layer_api.py", "steps/common/checks/layer_api.py"),
     ("compat_build/__init__.py", "steps/compat_build/__init__.py"),
     ("compat_build/snapshot_engine.py", "steps/compat_build/snapshot_engine.py"),

@@ -888,16 +888,11 @@ LAYER_API = (
 
 def layer_api(symbols: Any = LAYER_API) -> Optional[Dict[str, List[str]]]:
     """symbol -> the parameter names it takes, for each symbol the engine's vLLM defines where it
-    says (common/checks/layer_api.py, loaded by path: the runtime package is not imported here).
-    None: no vLLM to ask."""
-    import importlib.util
+    says (common/checks/layer_api.py: the preflight's own reader). None: no vLLM to ask."""
+    from common.checks import layer_api as probe
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "common", "checks", "layer_api.py")
-    spec = importlib.util.spec_from_file_location("_compat_layer_api", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    root = module.vllm_dir()
-    return module.probe(root, symbols) if root else None
+    root = probe.vllm_dir()
+    return probe.probe(root, symbols) if root else None
 
 
 def snapshot(vllm_source: str = "") -> Dict[str, Any]:
@@ -947,6 +942,11 @@ if __name__ == "__main__":
     # Some config classes of transformers 5 fetch files from a hub when built with their
     # defaults: a snapshot (at image build, or `make profiles`) never reaches for the network.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # Run as a script under the engine's Python: the checkout's root (the build context's steps/)
+    # goes last on sys.path, for common.checks.layer_api; the engine's packages stay first.
+    ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if ROOT_DIR not in sys.path:
+        sys.path.append(ROOT_DIR)
     # vLLM logs to stdout on import, so the JSON goes to a file named on the command line.
     if len(sys.argv) not in (2, 3):
         sys.exit("usage: snapshot_engine.py OUT.json [VLLM_SOURCE_TREE]")

@@ -184,19 +184,9 @@ def write_scope(results: Dict[str, Any], path: Optional[Path] = None) -> bool:
     """Writes C1_ARCHITECTURES in common/rules/support/scopes.py from these results (the rest of the file
     byte for byte as it was); True when the scope changed. No hand pasting: the table is the
     cells' verdict, and their fingerprints leave it out."""
-    import ast
+    from compat_build.scopes import rewrite
 
-    path = path or SCOPES
-    text = path.read_text(encoding="utf-8")
-    node = next(n for n in ast.parse(text).body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", None) == "C1_ARCHITECTURES")
-    want = c1_scope(results)
-    if {card: sorted(archs) for card, archs in ast.literal_eval(node.value).items()} == want:
-        return False
-    body = "".join(f'    "{card}": (\n' + "".join(f'        "{a}",\n' for a in archs) + "    ),\n" for card, archs in want.items())
-    lines = text.splitlines(keepends=True)
-    lines[node.lineno - 1 : node.end_lineno] = ["C1_ARCHITECTURES: Dict[str, Tuple[str, ...]] = {\n" + body + "}\n"]
-    path.write_text("".join(lines), encoding="utf-8")
-    return True
+    return rewrite("C1_ARCHITECTURES", c1_scope(results), path or SCOPES)
 
 
 def write_baked(results: Dict[str, Any]) -> None:

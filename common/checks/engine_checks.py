@@ -1,9 +1,13 @@
 """Answer check requests with this interpreter's own transformers: the engine side of common/start/verify.py.
 
-usage: python engine_checks.py [REQUESTS.json]      (without a file: the JSON list on stdin)
+usage: python engine_checks.py [--warm] [REQUESTS.json]   (without a file: the JSON list on stdin)
+       --warm: import what an engine request needs (model_build.py: vLLM and torch) before the
+       requests are read, so that a caller can start this process while it still plans them
+       (doctor over a folder: the engine's import overlaps the checks before it)
 
-Run under the engine's interpreter; standalone on purpose (stdlib, transformers and tokenizers
-only, no import of the runtime package). One process answers every request of a start, in order,
+Run under the engine's interpreter as a script: stdlib, transformers and tokenizers, and of the
+runtime package only its standalone modules (engine/patching.py, checks/layer_api.py,
+checks/model_build.py), imported by name with the package's root last on sys.path. One process answers every request of a start, in order,
 one JSON line each, flushed at once: a caller that has to kill a slow run keeps what was answered.
 
 Requests and the fields their answers add:
@@ -52,6 +56,10 @@ import json
 import math
 import os
 import sys
+
+# The runtime package's root (common/ is in it), appended to sys.path by main: last, so that none
+# of the engine's own packages is shadowed.
+RUNTIME_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PROBE_WORDS = "Hello, world! 12345 tiny models ünïcödé 漢字 "
 
@@ -215,14 +223,10 @@ def check_processor(request):
 
 def check_module(request):
     """Where an engine module's source is for this interpreter, found without importing it (a
-    start-time engine patch, H1, is checked against the engine's file, not the caller's). The
-    lookup is common/engine/patching.py's own, loaded by path so the runtime package is not imported."""
-    import importlib.util
+    start-time engine patch, H1, is checked against the engine's file, not the caller's): the
+    lookup is common/engine/patching.py's own."""
+    from common.engine import patching
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "engine", "patching.py")
-    spec = importlib.util.spec_from_file_location("_compat_patching", path)
-    patching = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(patching)
     top = str(request["name"]).split(".")[0]
     if patching.package_dir(top) is None:
         # A Python without the engine's package is not the engine's Python: the check could not
@@ -235,20 +239,11 @@ def check_module(request):
     return {"ok": True, "reason": f"{request['name']} is {source}", "path": source}
 
 
-def _load_sibling(name):
-    """A standalone module beside this script, loaded by path (the runtime package is not imported)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"_compat_{name}", os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def check_layer_api(request):
     """Whether this interpreter's vLLM defines every symbol a backport calls, with the parameters
     it passes (read from its source; nothing is imported)."""
-    probe = _load_sibling("layer_api")
+    from common.checks import layer_api as probe
+
     root = probe.vllm_dir()
     if not root:
         return {"ok": None, "reason": "no vLLM is importable by this interpreter"}
@@ -263,15 +258,12 @@ def check_layer_api(request):
     return {"ok": True, "reason": f"the engine's vLLM ({root}) has the {len(requires)} layer APIs the backport calls", "missing": []}
 
 
-_SIBLINGS = {}
-
-
 def check_model_build(request):
-    """The engine's model class built on the meta device (model_build.py: torch and vLLM; loaded
+    """The engine's model class built on the meta device (model_build.py: torch and vLLM; imported
     once per process, which keeps its distributed state)."""
-    if "model_build" not in _SIBLINGS:
-        _SIBLINGS["model_build"] = _load_sibling("model_build")
-    return _SIBLINGS["model_build"].build(request)
+    from common.checks import model_build
+
+    return model_build.build(request)
 
 
 CHECKS = {
@@ -357,6 +349,13 @@ def main(argv):
     import gc
 
     gc.disable()
+    if RUNTIME_ROOT not in sys.path:
+        sys.path.append(RUNTIME_ROOT)
+    if "--warm" in argv[1:]:
+        argv = [a for a in argv if a != "--warm"]
+        from common.checks import model_build
+
+        model_build.warm()
     try:
         requests = read_requests(argv)
     except (OSError, ValueError) as exc:

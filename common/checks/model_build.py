@@ -51,7 +51,7 @@ build's own (vLLM 0.32's block-scaled FP8 and MXFP4 MoE kernels ask for AMX tile
 Checked against the conformance matrix's tiny models (every case, every saver, each engine's
 platform arguments): no model whose greedy tokens the engine served exactly is refused.
 
-Standalone like engine_checks.py: no import of the runtime package.
+Standalone like engine_checks.py: of the runtime package, nothing beside the checks' own modules.
 """
 
 import contextlib
@@ -653,6 +653,16 @@ def _said(error):
 
 
 # ---- the request ------------------------------------------------------------------------------
+
+
+def warm():
+    """The imports the first build pays (vLLM, its engine arguments, torch), made ahead of the
+    requests; a failure is left for the build to report (it imports them again and says why)."""
+    try:
+        import vllm  # noqa: F401
+        from vllm.engine.arg_utils import AsyncEngineArgs  # noqa: F401
+    except Exception:
+        pass
 
 
 def build(request):

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from ..engine.engines import EnginePython
     from ..start.preflight import Pending
+    from ..start.verify import Warm
 
 ALL = "all"
 # Files only a model directory has at its top: a directory with none of them and with
@@ -154,11 +155,33 @@ def judge_card(
 ) -> List[Dict[str, Any]]:
     """Every model on one card, a row each in the order of `models`: the rules of each, then all
     their checks in one engine process."""
+    from .model_build import warm_up
+
+    card_env = engine.env(env)
+    # The model build's process first: its import of vLLM and torch (most of its time) runs
+    # beside the rules and the checks below.
+    warm = warm_up(card_env) if models else None
+    try:
+        return _judge_card(models, card, vllm_args, card_env, engine, progress, keep, warm)
+    finally:
+        if warm is not None:
+            warm.close()  # not handed its requests (an error on the way): not left running
+
+
+def _judge_card(
+    models: Sequence[str],
+    card: str,
+    vllm_args: Sequence[str],
+    card_env: Mapping[str, str],
+    engine: EnginePython,
+    progress: Progress,
+    keep: bool,
+    warm: Optional[Warm],
+) -> List[Dict[str, Any]]:
     from ..start.verify import run_checks_of_many, verify_timeout
     from .model_build import check as build_models
     from .model_build import request_for, skipped
 
-    card_env = engine.env(env)
     started: List[Tuple[int, Plan, Optional[Pending]]] = []
     rows: List[Optional[Dict[str, Any]]] = [None] * len(models)
     for i, model in enumerate(models):
@@ -175,7 +198,7 @@ def judge_card(
     if requests:
         progress.say(f"{card}: {len(requests)} checks of {with_checks} models, one process: {engine.describe()}")
     # The whole list's checks share the process: each model's share of the time limit adds up.
-    verdicts = run_checks_of_many(requests, card_env, verify_timeout(env) * max(1, with_checks)) if requests else []
+    verdicts = run_checks_of_many(requests, card_env, verify_timeout(card_env) * max(1, with_checks)) if requests else []
     answers = [(v.ok, v.reason, v.result) for v in verdicts]
     finished: List[Tuple[int, Plan]] = []
     for i, plan, pending in started:
@@ -193,7 +216,7 @@ def judge_card(
     if to_build and not skipped(card_env):
         progress.say(f"{card}: the engine's model classes of {to_build} models, one process: {engine.describe()}")
     try:
-        build_models([plan for _, plan in finished], card_env)
+        build_models([plan for _, plan in finished], card_env, warm)
     except Exception as exc:  # a bug of the model build: every row says so, none is judged without it
         for _, plan in finished:
             plan.add_finding("INTERNAL", "error", f"the model build failed: {type(exc).__name__}: {exc}")

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from typing import Any, Dict, Mapping, Optional, Sequence
 
     from ..plan import Plan
+    from ..start.verify import Warm
 
 CODE = "MB"
 KIND = "model_build"
@@ -81,9 +82,18 @@ def apply(plan: Plan, ok: Optional[bool], reason: str, answer: Mapping[str, Any]
         plan.add_finding(CODE, "unverified", f"the engine's model class could not be built here: {reason}")
 
 
-def check(plans: Sequence[Plan], env: Mapping[str, str]) -> None:
+def warm_up(env: Mapping[str, str]) -> Optional[Warm]:
+    """The engine process of a later `check`, started now to import vLLM and torch while the
+    caller plans (None where MB is skipped)."""
+    from ..start.verify import Warm
+
+    return None if skipped(env) else Warm(env)
+
+
+def check(plans: Sequence[Plan], env: Mapping[str, str], warm: Optional[Warm] = None) -> None:
     """Build the model of each plan that has one to build, all in one engine-Python process (the
-    one `env`'s COMPAT_ENGINE_PYTHON names), and add each answer to its plan."""
+    one `env`'s COMPAT_ENGINE_PYTHON names; `warm`'s, started by warm_up, when given), and add each
+    answer to its plan."""
     if skipped(env):
         # A skipped proof is not a passed one: the verdict then promises the metadata layer only.
         for plan in plans:
@@ -91,11 +101,9 @@ def check(plans: Sequence[Plan], env: Mapping[str, str]) -> None:
                 plan.add_finding(CODE, "unverified", "the engine's model class was not built: COMPAT_SKIP names MB")
         return
     todo = [(plan, request) for plan, request in ((p, request_for(p)) for p in plans) if request is not None]
-    if not todo:
-        return
     from ..start.verify import run_checks_of_many, verify_timeout
 
     timeout = IMPORT_TIMEOUT_S + verify_timeout(env) * len(todo)
-    verdicts = run_checks_of_many([request for _, request in todo], env, timeout)
+    verdicts = run_checks_of_many([request for _, request in todo], env, timeout, warm)  # none: warm's process ended
     for (plan, _), verdict in zip(todo, verdicts, strict=True):
         apply(plan, verdict.ok, verdict.reason, verdict.result)

@@ -15,12 +15,14 @@ import json
 import os
 import sys
 
+from ..checks import engine_checks
+
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-CHECKS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "checks")
-BATCH_SCRIPT = "engine_checks.py"
+# The script the engine's Python runs (imported here for its file: importing it runs nothing).
+SCRIPT = engine_checks.__file__
 DEFAULT_TIMEOUT_S = 60.0
 # transformers 4.x reads these when imported and then loads tokenizers and configs without
 # torch, TensorFlow or Flax. The child's alone: the engine vLLM starts keeps its torch.
@@ -100,23 +102,31 @@ class _Run:
         return Verdict(False, f"verification exited {self.returncode}: {tail[:300]}")
 
 
-def _run(argv: List[str], stdin_text: Optional[str], env: Mapping[str, str], timeout: Optional[float] = None, engine: bool = False) -> _Run:
+def _start(argv: List[str], env: Mapping[str, str], engine: bool, stdin: bool) -> Any:
+    """The checks' process, or a _Run that says why it could not start."""
     import subprocess  # only when a repair needs checking: the clean path never pays for it
 
-    timeout = verify_timeout(env) if timeout is None else timeout
     try:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [engine_python(env)] + argv,
             env=child_env(engine),
             text=True,
             encoding="utf-8",
             errors="replace",
-            stdin=subprocess.DEVNULL if stdin_text is None else subprocess.PIPE,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
     except OSError as exc:
         return _Run(failure=Verdict(None, f"verification could not start {engine_python(env)} ({exc.strerror})"))
+
+
+def _finish(proc: Any, stdin_text: Optional[str], timeout: float) -> _Run:
+    """Hand `proc` its requests and read every answer within `timeout` seconds."""
+    import subprocess
+
+    if isinstance(proc, _Run):
+        return proc
     try:
         out, err = proc.communicate(stdin_text, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -128,6 +138,34 @@ def _run(argv: List[str], stdin_text: Optional[str], env: Mapping[str, str], tim
         proc.wait()
         raise
     return _Run(out, err, proc.returncode)
+
+
+def _run(argv: List[str], stdin_text: Optional[str], env: Mapping[str, str], timeout: Optional[float] = None, engine: bool = False) -> _Run:
+    timeout = verify_timeout(env) if timeout is None else timeout
+    return _finish(_start(argv, env, engine, stdin_text is not None), stdin_text, timeout)
+
+
+class Warm:
+    """An engine-checks process started before its requests exist (engine_checks.py --warm): it
+    imports vLLM and torch while the caller still plans, and answers the engine requests handed
+    to it later (run_checks_of_many's `warm`). doctor over a folder starts one for its model
+    build, whose time is mostly that import. `close` ends one never handed its requests."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.proc: Any = _start([SCRIPT, "--warm"], env, engine=True, stdin=True)
+
+    def take(self) -> Any:
+        proc, self.proc = self.proc, None
+        return proc
+
+    def close(self) -> None:
+        _kill(self.take())
+
+
+def _kill(proc: Any) -> None:
+    if proc is not None and not isinstance(proc, _Run):
+        proc.kill()
+        proc.communicate()
 
 
 def _verdict(answer: Dict[str, Any]) -> Verdict:
@@ -144,20 +182,30 @@ def run_checks(requests: Sequence[Mapping[str, Any]], env: Mapping[str, str]) ->
     False: the check failed, the child died first, or the time limit ran out first."""
     if not requests:
         return []
-    run = _run([os.path.join(CHECKS_DIR, BATCH_SCRIPT)], json.dumps(list(requests), ensure_ascii=False), env, engine=runs_engine(requests))
+    run = _run([SCRIPT], json.dumps(list(requests), ensure_ascii=False), env, engine=runs_engine(requests))
     by_index = {a["index"]: a for a in run.answers() if isinstance(a.get("index"), int)}
     return [_verdict(by_index[i]) if i in by_index else run.missing() for i in range(len(requests))]
 
 
-def run_checks_of_many(requests: Sequence[Mapping[str, Any]], env: Mapping[str, str], timeout: float) -> List[Verdict]:
+def run_checks_of_many(
+    requests: Sequence[Mapping[str, Any]], env: Mapping[str, str], timeout: float, warm: Optional[Warm] = None
+) -> List[Verdict]:
     """run_checks for the checks of many models (doctor over a folder): one process answers them
-    all within `timeout` seconds. When it dies before answering every request, the one it was on
-    gets the failure and the rest go to a fresh process: one model's crash never decides another
-    model's verdict. When the time runs out, the rest are not checked (ok None: unverified)."""
+    all within `timeout` seconds (`warm`'s, already started, when given). When it dies before
+    answering every request, the one it was on gets the failure and the rest go to a fresh
+    process: one model's crash never decides another model's verdict. When the time runs out,
+    the rest are not checked (ok None: unverified)."""
     verdicts: List[Verdict] = []
     todo = list(requests)
+    started = warm.take() if warm is not None else None
+    if not todo:
+        _kill(started)
     while todo:
-        run = _run([os.path.join(CHECKS_DIR, BATCH_SCRIPT)], json.dumps(todo, ensure_ascii=False), env, timeout, runs_engine(todo))
+        stdin_text = json.dumps(todo, ensure_ascii=False)
+        if started is not None:
+            run, started = _finish(started, stdin_text, timeout), None
+        else:
+            run = _run([SCRIPT], stdin_text, env, timeout, runs_engine(todo))
         by_index = {a["index"]: a for a in run.answers() if isinstance(a.get("index"), int)}
         done = 0
         while done in by_index:

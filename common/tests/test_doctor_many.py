@@ -162,3 +162,39 @@ def test_a_folder_is_told_from_a_model(tmp_path, models):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert not doctor_many.is_folder_of_models(str(empty)) and doctor_many.model_dirs([str(empty)]) == [str(empty)]
+
+
+def test_the_model_builds_process_starts_before_its_requests_and_answers_them(tmp_path, env_for_tests):
+    """doctor starts the model build's engine process first (verify.Warm: engine_checks.py --warm
+    imports vLLM and torch while the rules and the checks run) and hands it its requests later:
+    one process, and the answers are those of a process started with them."""
+    from common.start.verify import Warm, run_checks_of_many
+
+    python, log = counting_python(tmp_path, "warm")
+    env = dict(env_for_tests, COMPAT_ENGINE_PYTHON=str(python))
+    warm = Warm(env)
+    requests = [
+        {"kind": "module", "name": "json"},
+        {"kind": "module", "name": "json.decoder"},
+        {"kind": "module", "name": "nosuchpackage.x"},
+    ]
+    verdicts = run_checks_of_many(requests, env, 60, warm)
+    cold = run_checks_of_many(requests, env, 60)
+    assert [(v.ok, v.reason) for v in verdicts] == [(v.ok, v.reason) for v in cold]
+    assert [v.ok for v in verdicts] == [True, True, None] and "json" in verdicts[1].result["path"]
+    assert starts(log) == 2  # the warm process, then the cold one: no third for the warm requests
+    assert warm.take() is None  # handed over once
+
+
+def test_a_warm_process_never_handed_its_requests_is_ended(tmp_path, env_for_tests):
+    from common.start.verify import Warm, run_checks_of_many
+
+    env = dict(env_for_tests, COMPAT_ENGINE_PYTHON=str(counting_python(tmp_path, "unused")[0]))
+    unused = Warm(env)
+    proc = unused.proc
+    unused.close()
+    assert proc.returncode is not None
+    # Nothing to build: the warm process is ended too, and nothing is answered.
+    empty = Warm(env)
+    proc = empty.proc
+    assert run_checks_of_many([], env, 60, empty) == [] and proc.returncode is not None

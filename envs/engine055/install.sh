@@ -44,7 +44,7 @@ archive=$("$PY" "$root/scripts/fetch_upstream.py" --archive "$source_entry")
 src=$(mktemp -d)
 trap 'rm -rf "$src"' EXIT
 tar -xzf "$archive" -C "$src" --strip-components=1
-"$PY" -m pip install -q -r "$spec/requirements.txt" -r "$src/requirements-common.txt" -c "$spec/constraints.txt"
+"$PY" -m pip install -q -r "$spec/requirements.txt" -r "$src/requirements-common.txt" -c "$spec/constraints.txt" -c "$spec/lock.txt"
 
 # 4. torch's CMake files without CUDA
 "$PY" "$spec/torch_cmake_cpu_only.py"

@@ -288,3 +288,20 @@ def test_the_cheap_commands_shown_run_from_the_repository_root(models, tmp_path)
     with ThreadPoolExecutor(max_workers=4) as pool:
         failures = [f for f in pool.map(run, commands) if f]
     assert not failures, "\n\n".join(failures)
+
+
+def test_no_tracked_file_keeps_a_merge_conflict():
+    """A merge resolved by hand leaves no conflict markers behind (docs/rules.md once kept both
+    sides of one)."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    marker = re.compile(r"^(<{7} |>{7} |={7}$)", re.MULTILINE)
+    kept = []
+    for name in filter(None, tracked):
+        path = ROOT / name
+        if path.suffix in (".md", ".py", ".toml", ".txt", ".sh", ".yml", ".json", ".jinja", ".cfg") or path.name == "Makefile":
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            kept += [f"{name}:{text.count(chr(10), 0, m.start()) + 1}" for m in marker.finditer(text)]
+    assert kept == []

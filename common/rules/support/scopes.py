@@ -37,9 +37,13 @@ R8_MODEL_TYPES = (
 # FusedMoE (r11_cpu_moe.py).
 R11_MODEL_TYPES = ("deepseek_v2", "mixtral", "qwen2_moe", "qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_text")
 R9_MODEL_TYPES = ("aya_vision", "gemma3", "llava", "llava_next", "llava_next_video", "llava_onevision", "paligemma")
-# R10: the architectures the runtime package ships a backport of (vllm_plugin/compat_backports).
+# R10: the architectures the runtime package ships a backport of (vllm_plugin/compat_backports),
+# written from its table by `python -m compat_build.scopes`: the families an engine lacks, and
+# classes the engine has, replaced for the configurations it computes otherwise (BACKPORTS'
+# `replaces`: a window shorter than the context, Phi-3's partial rotary, every Gemma 2).
 R10_ARCHITECTURES = (
     "Exaone4ForCausalLM",
+    "Gemma2ForCausalLM",
     "Gemma3ForCausalLM",
     "Gemma3ForConditionalGeneration",
     "Gemma4ForCausalLM",
@@ -47,18 +51,15 @@ R10_ARCHITECTURES = (
     "GraniteForCausalLM",
     "Ministral3ForCausalLM",
     "Mistral3ForConditionalGeneration",
+    "MistralForCausalLM",
     "Olmo2ForCausalLM",
+    "Phi3ForCausalLM",
     "Qwen3ForCausalLM",
     "Qwen3MoeForCausalLM",
     "Qwen3_5ForCausalLM",
     "Qwen3_5ForConditionalGeneration",
     "Qwen3_5MoeForCausalLM",
     "Qwen3_5MoeForConditionalGeneration",
-    # Classes the engine has, replaced for the configurations it computes otherwise (BACKPORTS'
-    # `replaces`: a window shorter than the context, Phi-3's partial rotary, every Gemma 2).
-    "Gemma2ForCausalLM",
-    "MistralForCausalLM",
-    "Phi3ForCausalLM",
     "Starcoder2ForCausalLM",
 )
 # C1: per card, the architectures with a conformance cell C1 speaks for (conformance_cells.json:

@@ -5,16 +5,16 @@ DeepSeek-V2).
 When COMPAT_CPU_MOE=grouped, the plugin (compat_plugin.py) gives the engine's
 UnquantizedFusedMoEMethod a `forward_cpu`: the engine's own routing (softmax top-k, or
 DeepSeek's grouped top-k, which the engine writes in plain torch), then the experts grouped by
-token, each over its own tokens only: the R7 shim's core (shims/ixformer/contrib/vllm/layers.py),
-read from that file so there is one implementation. The layer's weights are the engine's fused
+token, each over its own tokens only: the core the R7 shim runs (shims/compat_grouped_experts.py),
+so there is one implementation. The layer's weights are the engine's fused
 ones (w13 [experts, 2 x intermediate, hidden], w2 [experts, hidden, intermediate]) as its loader
 filled them. Only a CPU build calls forward_cpu: on the card the vendor's kernel runs.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -24,22 +24,21 @@ ENV = "COMPAT_CPU_MOE"
 MODES = ("grouped",)
 # Where vLLM 0.5.x keeps the method whose CPU path is missing.
 METHOD = ("vllm.model_executor.layers.fused_moe.layer", "UnquantizedFusedMoEMethod")
-# common/shims/..., from common/vllm_plugin/compat_patches/cpu_moe.py.
-SHIM = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shims", "ixformer", "contrib", "vllm", "layers.py"
-)
-_SHIM: dict = {}
+# The runtime package's root (common/ is in it), from common/vllm_plugin/compat_patches/cpu_moe.py.
+RUNTIME_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def grouped_core() -> Any:
-    """The R7 shim's module, whose `experts_grouped` runs routed experts grouped by token (also
-    the Gemma 4 backport's tanh-GELU experts: one implementation of the grouped path)."""
-    if "module" not in _SHIM:
-        spec = importlib.util.spec_from_file_location("_compat_moe_experts", SHIM)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _SHIM["module"] = module
-    return _SHIM["module"]
+    """The grouped experts' core, common/shims/compat_grouped_experts.py, whose `experts_grouped`
+    runs routed experts grouped by token (also the Gemma 4 backport's tanh-GELU experts): the R7
+    shim runs the same module. The runtime package's root goes last on sys.path, so that none of
+    the engine's own packages is shadowed (the shim directory itself would make `ixformer`
+    importable, which the engine reads as the vendor's library being there)."""
+    if RUNTIME_ROOT not in sys.path:
+        sys.path.append(RUNTIME_ROOT)
+    from common.shims import compat_grouped_experts
+
+    return compat_grouped_experts
 
 
 def forward_cpu(
