@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from compat_build import toml_files
+from harness.venvs import CheckoutVenv
 
-from common.engine.engines import checkout_venv, make_target
+from common.engine.engines import checkout_venv
 from common.engine.profile import load_profile
 
 HERE = Path(__file__).resolve().parent
@@ -28,19 +29,11 @@ CASES = HERE / "cases.toml"
 
 
 @dataclass(frozen=True)
-class Saver:
+class Saver(CheckoutVenv):
     """A transformers that saves the cases: its name in results, and the venv it runs in."""
 
     name: str
     venv: str
-
-    @property
-    def make_target(self) -> str:
-        return make_target(self.venv)
-
-    @property
-    def python(self) -> Path:
-        return ROOT / self.venv / "bin" / "python"
 
 
 AUTHOR = Saver("v5", ".venv-author")
@@ -49,7 +42,7 @@ SAVERS = {s.name: s for s in (AUTHOR, Saver("455", checkout_venv("iluvatar-bi100
 
 
 @dataclass(frozen=True)
-class Engine:
+class Engine(CheckoutVenv):
     """One engine generation as the matrix runs it: its venv, the cards it serves, the savers of
     its cells (the author, then the engine's own transformers where it is older), and the flags
     every start of it gets here."""
@@ -62,16 +55,8 @@ class Engine:
     # and computes the same greedy ids (tests/e2e/test_conformance.py holds one compiled cell to it).
     serve_args: Tuple[str, ...] = ()
 
-    @property
-    def make_target(self) -> str:
-        return make_target(self.venv)
-
-    @property
-    def python(self) -> Path:
-        return ROOT / self.venv / "bin" / "python"
-
     def available(self) -> bool:
-        return self.python.exists() and (ROOT / self.venv / "bin" / "vllm").exists()
+        return self.python.exists() and (self.bin / "vllm").exists()
 
 
 def _engine(cards: Tuple[str, ...], savers: Tuple[str, ...], serve_args: Tuple[str, ...] = ()) -> Engine:

@@ -25,12 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from common.engine.engines import checkout_venv, make_target
+from common.engine.engines import checkout_venv
 from common.engine.profile import load_profile
 from harness.engine_env import COMMON_ENV
 from harness.engine_hosts import forkable, host_for
 from harness.ports import free_port
 from harness.starts import record
+from harness.venvs import CheckoutVenv
 
 ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 240
@@ -57,7 +58,7 @@ def ipc_dir() -> str:
 
 
 @dataclass(frozen=True)
-class Engine:
+class Engine(CheckoutVenv):
     """One engine venv: where its `vllm` lives and what it needs to run on this CPU."""
 
     version: str
@@ -65,18 +66,6 @@ class Engine:
     extra_env: Dict[str, str] = field(default_factory=dict)
     # `vllm serve` flags every start of this engine gets here (after --max-model-len, --port, --host).
     serve_args: Tuple[str, ...] = ()
-
-    @property
-    def make_target(self) -> str:
-        return make_target(self.venv)
-
-    @property
-    def bin(self) -> Path:
-        return ROOT / self.venv / "bin"
-
-    @property
-    def python(self) -> Path:
-        return self.bin / "python"
 
     def available(self) -> bool:
         return (self.bin / "vllm").exists()
