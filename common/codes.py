@@ -69,7 +69,7 @@ BUILD = (
     ),
 )
 
-# What doctor asks the engine itself beyond the rules (common/doctor/model_build.py), and no repair fixes.
+# What doctor asks the engine itself beyond the rules (common/doctor/model_build_finding.py), and no repair fixes.
 DOCTOR = (
     Code(
         "MB",
