@@ -166,7 +166,7 @@ def venv_spec(venv: str) -> str:
     h = hashlib.sha256()
     for path in _files_under(ROOT / "envs" / name):
         h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
-    h.update((ROOT / "scripts" / "make-venv.sh").read_bytes())
+    h.update((ROOT / "scripts" / "make-venv.sh").read_bytes() + (ROOT / "envs" / "source_edits.py").read_bytes())
     h.update(f"installed {installed(venv)}".encode())
     return h.hexdigest()[:16]
 
