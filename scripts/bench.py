@@ -41,8 +41,6 @@ with this script and this checkout's venvs. The runtime package is byte-compiled
 image build does.
 """
 
-import argparse
-
 import json
 import os
 import statistics
@@ -52,6 +50,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
+
+import bench_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
@@ -283,8 +283,8 @@ def doctor_figures(tmp: Path, tree: Path) -> Optional[Dict[str, float]]:
     return {"seconds": statistics.median(seconds), "processes": len(starts.read_text().splitlines()) / runs}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> bench_cli.Figures:
+    parser = bench_cli.parser(__doc__)
     parser.add_argument("--tree", type=Path, default=ROOT, help="checkout whose runtime package is measured")
     tree = parser.parse_args().tree.resolve()
     py = sys.executable
@@ -318,30 +318,41 @@ def main() -> int:
         moe_delta = read_bytes(moe_big, env, tree) - read_bytes(moe_small, env, tree)
         repaired = repaired_figures(Path(tmp), tree)
         doctor = doctor_figures(Path(tmp), tree)
-    print(f"python_startup_ms: {m['python'] * 1000:.1f}")
-    print(f"preflight_clean_ms: {m['preflight'] * 1000:.1f}")
-    print(f"preflight_clean_vs_python_startup: {m['preflight'] / m['python']:.2f}")
-    print(f"preflight_vs_import_transformers: {m['preflight'] / m['import_transformers']:.2f}")
-    print(f"preflight_size_ratio_100gib_vs_empty: {m['preflight_100gib'] / m['preflight']:.2f}")
-    print(f"preflight_read_bytes_delta_100gib: {delta}")
-    print(f"preflight_moe_metadata_bytes: {moe_metadata}")
-    print(f"preflight_moe_read_beyond_metadata: {moe_delta - moe_metadata}")
-    print(f"launch_clean_vs_python_startup: {m['launch'] / m['python']:.2f}")
-    if repaired is None:
-        print("preflight_repaired_*: skipped (needs .venv-engine and .venv-author: make envs)")
-    else:
-        print(f"preflight_repaired_ms: {repaired['preflight_repaired'] * 1000:.1f}")
-        print(f"tokenizer_load_torch_free_ms: {repaired['tokenizer_load'] * 1000:.1f}")
-        print(f"preflight_repaired_vs_tokenizer_load: {repaired['preflight_repaired'] / repaired['tokenizer_load']:.2f}")
-        print(f"preflight_repaired_peak_rss_mb: {repaired['peak_rss_mb']:.0f}")
-    if doctor is None:
-        print("doctor_*: skipped (needs .venv-engine055: make envs; and doctor over many models in the measured tree)")
-    else:
-        print(f"doctor_{DOCTOR_MODELS}_models_s: {doctor['seconds']:.2f}")
-        print(f"doctor_models_per_s: {DOCTOR_MODELS / doctor['seconds']:.1f}")
-        print(f"doctor_engine_processes: {doctor['processes']:g}")
-    return 0
+    return {
+        "python_startup_ms": f"{m['python'] * 1000:.1f}",
+        "preflight_clean_ms": f"{m['preflight'] * 1000:.1f}",
+        "preflight_clean_vs_python_startup": f"{m['preflight'] / m['python']:.2f}",
+        "preflight_vs_import_transformers": f"{m['preflight'] / m['import_transformers']:.2f}",
+        "preflight_size_ratio_100gib_vs_empty": f"{m['preflight_100gib'] / m['preflight']:.2f}",
+        "preflight_read_bytes_delta_100gib": delta,
+        "preflight_moe_metadata_bytes": moe_metadata,
+        "preflight_moe_read_beyond_metadata": moe_delta - moe_metadata,
+        "launch_clean_vs_python_startup": f"{m['launch'] / m['python']:.2f}",
+        **bench_cli.skipped(
+            "preflight_repaired",
+            "needs .venv-engine and .venv-author: make envs",
+            None
+            if repaired is None
+            else {
+                "preflight_repaired_ms": f"{repaired['preflight_repaired'] * 1000:.1f}",
+                "tokenizer_load_torch_free_ms": f"{repaired['tokenizer_load'] * 1000:.1f}",
+                "preflight_repaired_vs_tokenizer_load": f"{repaired['preflight_repaired'] / repaired['tokenizer_load']:.2f}",
+                "preflight_repaired_peak_rss_mb": f"{repaired['peak_rss_mb']:.0f}",
+            },
+        ),
+        **bench_cli.skipped(
+            "doctor",
+            "needs .venv-engine055: make envs; and doctor over many models in the measured tree",
+            None
+            if doctor is None
+            else {
+                f"doctor_{DOCTOR_MODELS}_models_s": f"{doctor['seconds']:.2f}",
+                "doctor_models_per_s": f"{DOCTOR_MODELS / doctor['seconds']:.1f}",
+                "doctor_engine_processes": f"{doctor['processes']:g}",
+            },
+        ),
+    }
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    bench_cli.run(main)

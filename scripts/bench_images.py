@@ -16,7 +16,6 @@ usage: python scripts/bench_images.py [--starts N]
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -25,6 +24,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+import bench_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -85,8 +86,8 @@ def ready_seconds(client, tag: str, model: Path, env: dict) -> float:
         container.remove(force=True)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main() -> bench_cli.Figures:
+    parser = bench_cli.parser(__doc__)
     parser.add_argument("--starts", type=int, default=3, help="container starts of each kind (interleaved)")
     opts = parser.parse_args()
     client = docker_client()
@@ -94,9 +95,9 @@ def main() -> int:
     built = images_mod.build_all(log=open(os.devnull, "w"))
     for card, image in built.items():
         added = client.images.get(image["tag"]).attrs["Size"] - client.images.get(image["base"]).attrs["Size"]
-        print(f"image_added_mb_{card}: {added / 1e6:.2f}", flush=True)
+        bench_cli.report({f"image_added_mb_{card}": f"{added / 1e6:.2f}"})
     card = "nv-a100"
-    print(f"image_rebuild_after_runtime_change_vs_full: {rebuild_ratio(client, m.cards[card], built[card]['base']):.2f}", flush=True)
+    bench_cli.report({"image_rebuild_after_runtime_change_vs_full": f"{rebuild_ratio(client, m.cards[card], built[card]['base']):.2f}"})
     models = Path(tempfile.mkdtemp(prefix="bench-images-"))
     try:
         model = build_model("457", "generic", models / "clean")
@@ -108,11 +109,12 @@ def main() -> int:
             disabled.append(ready_seconds(client, built[card]["tag"], model, {"COMPAT_DISABLE": "1"}))
     finally:
         shutil.rmtree(models, ignore_errors=True)
-    print(f"container_ready_compat_s: {statistics.median(compat):.1f}")
-    print(f"container_ready_disabled_s: {statistics.median(disabled):.1f}")
-    print(f"container_ready_compat_vs_disabled: {statistics.median(compat) / statistics.median(disabled):.3f}")
-    return 0
+    return {
+        "container_ready_compat_s": f"{statistics.median(compat):.1f}",
+        "container_ready_disabled_s": f"{statistics.median(disabled):.1f}",
+        "container_ready_compat_vs_disabled": f"{statistics.median(compat) / statistics.median(disabled):.3f}",
+    }
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    bench_cli.run(main)

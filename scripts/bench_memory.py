@@ -16,7 +16,6 @@ doctor_memory_models_per_s  models x cards judged per second by that one command
 --markdown prints the table docs/memory.md shows.
 """
 
-import argparse
 import json
 import os
 import subprocess
@@ -24,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import bench_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -53,8 +54,8 @@ def cell(row: dict) -> str:
     return f"{memory['code']}: {memory['weights_gib']:.0f} GiB of weights, more than a node"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> bench_cli.Figures:
+    parser = bench_cli.parser(__doc__)
     parser.add_argument("--markdown", action="store_true", help="print docs/memory.md's table of what fits")
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,15 +77,16 @@ def main() -> int:
             cells = [cell(next(r for r in rows if r["model"] == model and r["card"] == card)) for card in cards]
             print(f"| {Path(model).name[3:]} | " + " | ".join(cells) + " |")
         print()
+    figures = {}
     for card in report["cards"]:
         mine = [r for r in rows if r["card"] == card]
         then = [r for r in before["rows"] if r["card"] == card]
-        print(f"memory_fit_{card}: {sum(1 for r in mine if (r['memory'] or {}).get('fits'))}/{len(mine)}")
-        print(f"memory_start_{card}: {sum(1 for r in mine if r['verdict'] == 'starts')}/{len(mine)}")
-        print(f"memory_start_without_check_{card}: {sum(1 for r in then if r['verdict'] == 'starts')}/{len(then)}")
-    print(f"doctor_memory_models_per_s: {len(rows) / elapsed:.2f}")
-    return 0
+        figures[f"memory_fit_{card}"] = f"{sum(1 for r in mine if (r['memory'] or {}).get('fits'))}/{len(mine)}"
+        figures[f"memory_start_{card}"] = f"{sum(1 for r in mine if r['verdict'] == 'starts')}/{len(mine)}"
+        figures[f"memory_start_without_check_{card}"] = f"{sum(1 for r in then if r['verdict'] == 'starts')}/{len(then)}"
+    figures["doctor_memory_models_per_s"] = f"{len(rows) / elapsed:.2f}"
+    return figures
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    bench_cli.run(main)

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+import bench_cli
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -60,7 +62,8 @@ def best_time(path: Path, sigs, ranges: Optional[int] = None) -> float:
     return best
 
 
-def main() -> int:
+def main() -> bench_cli.Figures:
+    bench_cli.parser(__doc__).parse_args()
     base = engine_lines()
     sigs = signatures()
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,13 +73,14 @@ def main() -> int:
         t1, t4 = best_time(small, sigs), best_time(large, sigs)
         ranges = triage.range_count(str(large))
         one = best_time(large, sigs, ranges=1)  # one range: this process alone
-    print(f"triage_log_mb: {size / 1e6:.0f}")
-    print(f"triage_ranges: {ranges}")
-    print(f"triage_mb_per_s: {size / 1e6 / t4:.0f}")
-    print(f"triage_mb_per_s_one_process: {size / 1e6 / one:.0f}")
-    print(f"triage_time_ratio_4x_1x: {t4 / t1:.2f}")
-    return 0
+    return {
+        "triage_log_mb": f"{size / 1e6:.0f}",
+        "triage_ranges": ranges,
+        "triage_mb_per_s": f"{size / 1e6 / t4:.0f}",
+        "triage_mb_per_s_one_process": f"{size / 1e6 / one:.0f}",
+        "triage_time_ratio_4x_1x": f"{t4 / t1:.2f}",
+    }
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    bench_cli.run(main)

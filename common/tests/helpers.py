@@ -7,9 +7,24 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+import pytest
+
 from common.build_checks.selftest import tree_digest  # noqa: F401 - one digest for the image's self-test and the tests
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+# A tiny Mixtral's config.json without a head_dim (transformers 4.55 reads it as None): the MoE
+# rules' tests add what theirs needs.
+TINY_MIXTRAL = {
+    "architectures": ["MixtralForCausalLM"],
+    "model_type": "mixtral",
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+}
 
 
 def model_dir(path: Path, files: Dict[str, object]) -> Path:
@@ -46,9 +61,49 @@ def find_python(version: str) -> Optional[str]:
     return None
 
 
-def run_common(args: List[str], env: Optional[Dict[str, str]] = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    """`python -m common ARGS` from the repo root, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "common", *args], cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=timeout)
+def run_common(
+    args: List[str], env: Optional[Dict[str, str]] = None, timeout: float = 180, python: Optional[object] = None
+) -> subprocess.CompletedProcess:
+    """`python -m common ARGS` from the repo root, as a user runs it; `python` another interpreter
+    than this one (an engine venv's, as the image's entrypoint runs it)."""
+    argv = [str(python or sys.executable), "-m", "common", *args]
+    return subprocess.run(argv, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def python_stdout(code: str, env: Dict[str, str], timeout: float = 60) -> str:
+    """What `python -c CODE` prints from the repo root (its exit must be 0)."""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def modules_after_plan(model: Path, card: str, env: Dict[str, str], plan_check: str, modules: str) -> str:
+    """The modules (sorted, those `m` for which the expression `modules` holds) a fresh Python has
+    imported once it planned `model` for `card`, in a process of its own so that nothing another
+    test imported counts; `plan_check` an assertion on the plan `p` ("p.args == [], p.args")."""
+    code = (
+        "import sys, os; from common.start.preflight import build_plan; "
+        f"p = build_plan({str(model)!r}, {card!r}, [], os.environ); "
+        f"assert {plan_check}; "
+        f"print(sorted(m for m in {modules}))"
+    )
+    return python_stdout(code, env)
+
+
+def of_rule(plan: Mapping[str, Any], code: str) -> Tuple[List[dict], List[dict]]:
+    """A plan's (preflight's JSON) repairs and findings of one rule code."""
+    return [r for r in plan["repairs"] if r["code"] == code], [f for f in plan["findings"] if f["code"] == code]
+
+
+def only_rule(skip: str, name: str) -> Any:
+    """An autouse fixture named `name` that skips the rules `skip` (COMPAT_SKIP): the other rules
+    have their own tests, and here they would only add unrelated repairs."""
+
+    @pytest.fixture(autouse=True, name=name)
+    def fixture(env_for_tests: Dict[str, str]) -> None:
+        env_for_tests["COMPAT_SKIP"] = skip
+
+    return fixture
 
 
 def launch(env: Dict[str, str], model: Path, args: List[str]) -> subprocess.CompletedProcess:

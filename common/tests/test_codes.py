@@ -12,7 +12,7 @@ import pytest
 from common import codes
 from common.start.preflight import build_plan
 from common.rules import REGISTRY
-from common.tests.helpers import model_dir
+from common.tests.helpers import model_dir, run_common
 from common.triage import signatures
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,14 +70,7 @@ def test_compat_skip_matches_codes_in_any_case(tmp_path, spelling):
 def test_compat_skip_says_when_a_code_is_unknown(tmp_path):
     model = model_dir(tmp_path / "m", {"config.json": {"architectures": ["LlamaForCausalLM"], "model_type": "llama"}})
     env = dict(os.environ, COMPAT_WORK_DIR=str(tmp_path / "w"), COMPAT_SKIP="R9z,oom")
-    result = subprocess.run(
-        [sys.executable, "-m", "common", "preflight", str(model), "--card", "nv-a100", "--json"],
-        cwd=str(ROOT),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    result = run_common(["preflight", str(model), "--card", "nv-a100", "--json"], env, timeout=60)
     assert result.returncode == 0 and json.loads(result.stdout)["card"] == "nv-a100"
     assert "COMPAT_SKIP names OOM, R9Z, which no runtime rule has; ignored" in result.stderr
 

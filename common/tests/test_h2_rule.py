@@ -2,30 +2,20 @@
 it as is (vLLM 0.5.5, from its profile); vLLM 0.11 falls back by itself and gets nothing."""
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from common.tests.helpers import model_dir, preflight_json
+from common.tests.helpers import TINY_MIXTRAL, model_dir, of_rule, only_rule, preflight_json
 
-MIXTRAL = {
-    "architectures": ["MixtralForCausalLM"],
-    "model_type": "mixtral",
-    "hidden_size": 256,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_local_experts": 4,
-    "num_experts_per_tok": 2,
-}
+MIXTRAL = TINY_MIXTRAL
 
 
-@pytest.fixture(autouse=True)
-def only_h2(env_for_tests):
-    env_for_tests["COMPAT_SKIP"] = "R2,R3,R3b,R4,R5,H1,R7,MB"
+only_h2 = only_rule("R2,R3,R3b,R4,R5,H1,R7,MB", "only_h2")
 
 
-def h2(plan):
-    return [r for r in plan["repairs"] if r["code"] == "H2"], [f for f in plan["findings"] if f["code"] == "H2"]
+h2 = partial(of_rule, code="H2")  # (repairs, findings) of H2 in a plan
 
 
 def test_mixtral_without_head_dim_gets_it_written_through_a_view_on_bi100(tmp_path, env_for_tests):

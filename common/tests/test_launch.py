@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from common.tests.helpers import ROOT, find_python, launch, model_dir, tree_digest
+from common.tests.helpers import ROOT, find_python, launch, model_dir, modules_after_plan, tree_digest
 
 ENTRYPOINT = ROOT / "common" / "entrypoint.sh"
 
@@ -143,15 +143,8 @@ def test_entrypoint_execs_vllm_when_python_fails(models, env_for_tests, fake_vll
 
 
 def test_clean_path_imports_neither_transformers_nor_torch(models, env_for_tests):
-    code = (
-        "import sys, os; from common.start.preflight import build_plan; "
-        f"p = build_plan({str(models('457-generic'))!r}, 'nv-a100', [], os.environ); "
-        "assert p.args == [], p.args; "
-        "print(sorted(m for m in ('transformers', 'torch', 'tokenizers') if m in sys.modules))"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=env_for_tests, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]"
+    modules = "('transformers', 'torch', 'tokenizers') if m in sys.modules"
+    assert modules_after_plan(models("457-generic"), "nv-a100", env_for_tests, "p.args == [], p.args", modules) == "[]"
 
 
 def test_runtime_package_runs_on_python_310(models, env_for_tests, tmp_path):

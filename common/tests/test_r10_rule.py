@@ -15,7 +15,7 @@ from common.rules.support.plugin import PLUGIN_DIR
 from common.triage import triage_file
 from common.vllm_plugin.compat_backports import BACKPORTS, BACKPORTS_055, BACKPORTS_V1, ENV, LAYERS_055, LAYERS_V1, fitting, written_for
 
-from common.tests.helpers import ROOT, model_dir, preflight_json
+from common.tests.helpers import ROOT, model_dir, modules_after_plan, only_rule, preflight_json
 
 QWEN3 = {
     "architectures": ["Qwen3ForCausalLM"],
@@ -28,10 +28,7 @@ QWEN3 = {
 }
 
 
-@pytest.fixture(autouse=True)
-def only_r10(env_for_tests):
-    """The other rules have their own tests; here they would only add unrelated repairs."""
-    env_for_tests["COMPAT_SKIP"] = "R2,R3,R3b,R3c,R5,H1,H2,R7,R8,R9,MB"
+only_r10 = only_rule("R2,R3,R3b,R3c,R5,H1,H2,R7,R8,R9,MB", "only_r10")
 
 
 def profile_data(card):
@@ -235,15 +232,9 @@ def test_the_plugin_without_the_variable_imports_neither_torch_nor_vllm():
 
 def test_a_clean_start_never_imports_a_backport(env_for_tests):
     model = Path(ROOT) / "harness" / "fixtures" / "models" / "455-generic"
-    code = (
-        "import sys, os; from common.start.preflight import build_plan; "
-        f"p = build_plan({str(model)!r}, 'iluvatar-bi100', [], os.environ); "
-        "assert p.args == [] and p.env == {}, (p.args, p.env); "
-        "print(sorted(m for m in sys.modules if 'backports.' in m or m in ('torch', 'vllm', 'ast')))"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=env_for_tests, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]"
+    plan_check = "p.args == [] and p.env == {}, (p.args, p.env)"
+    modules = "sys.modules if 'backports.' in m or m in ('torch', 'vllm', 'ast')"
+    assert modules_after_plan(model, "iluvatar-bi100", env_for_tests, plan_check, modules) == "[]"
 
 
 EXAONE4 = {

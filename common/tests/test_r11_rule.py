@@ -1,33 +1,22 @@
 """R11: a CPU build of an engine whose fused MoE layer has no CPU path gets one from the image's
 plugin, for the model types built on that layer; the card's own engine never does."""
 
+from functools import partial
+
 import pytest
 
 from common.engine.profile import load_profile
 from common.vllm_plugin.compat_patches import cpu_moe as compat_cpu_moe
 
-from common.tests.helpers import ROOT, model_dir, preflight_json
+from common.tests.helpers import ROOT, TINY_MIXTRAL, model_dir, of_rule, only_rule, preflight_json
 
-MIXTRAL = {
-    "architectures": ["MixtralForCausalLM"],
-    "model_type": "mixtral",
-    "hidden_size": 256,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-    "num_local_experts": 4,
-    "num_experts_per_tok": 2,
-    "torch_dtype": "bfloat16",
-}
+MIXTRAL = dict(TINY_MIXTRAL, head_dim=64, torch_dtype="bfloat16")
 
 
-@pytest.fixture(autouse=True)
-def only_r11(env_for_tests):
-    env_for_tests["COMPAT_SKIP"] = "R2,R3,R3b,R4,R5,H1,H2,R7,C1,CTX"
+only_r11 = only_rule("R2,R3,R3b,R4,R5,H1,H2,R7,C1,CTX", "only_r11")
 
 
-def r11(plan):
-    return [r for r in plan["repairs"] if r["code"] == "R11"], [f for f in plan["findings"] if f["code"] == "R11"]
+r11 = partial(of_rule, code="R11")  # (repairs, findings) of R11 in a plan
 
 
 def test_the_bi100_cpu_build_gets_grouped_experts_and_the_others_nothing(tmp_path, env_for_tests):

@@ -5,6 +5,9 @@ findings, never a crash. The plugin's own split is checked against transformers 
 import json
 import os
 import struct
+from functools import partial
+from pathlib import Path
+from typing import Any, Dict
 
 import pytest
 
@@ -14,7 +17,7 @@ from common.model.safetensors_header import HEADER_CAP, read_header
 from common.vllm_plugin import compat_fused_experts as plugin
 from common.vllm_plugin import compat_plugin
 
-from common.tests.helpers import ROOT, metadata_layer_passed, model_dir, preflight_json, run_common
+from common.tests.helpers import ROOT, metadata_layer_passed, model_dir, of_rule, only_rule, preflight_json, run_common
 
 MIXTRAL = {
     "architectures": ["MixtralForCausalLM"],
@@ -32,10 +35,7 @@ MIXTRAL = {
 LFS = b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"0" * 64 + b"\nsize 123456\n"
 
 
-@pytest.fixture(autouse=True)
-def only_r8(env_for_tests):
-    """The other rules have their own tests; here they would only add unrelated repairs."""
-    env_for_tests["COMPAT_SKIP"] = "R2,R3,R3b,R4,R5,H1,H2,R7,R11,MB"
+only_r8 = only_rule("R2,R3,R3b,R4,R5,H1,H2,R7,R11,MB", "only_r8")
 
 
 def safetensors(shapes, pad: int = 0) -> bytes:
@@ -68,8 +68,54 @@ def layer_shapes(fused: bool, layers: int = 2, experts: int = 4, hidden: int = 8
     return shapes
 
 
-def r8(plan):
-    return [r for r in plan["repairs"] if r["code"] == "R8"], [f for f in plan["findings"] if f["code"] == "R8"]
+r8 = partial(of_rule, code="R8")  # (repairs, findings) of R8 in a plan
+
+
+def plugin_repair(plan: dict, code: str) -> dict:
+    """The one repair of `code` (R8, R9) in a plan, verified and with no finding of its own, which
+    travels in the environment alone: the compat plugin's directory first on PYTHONPATH."""
+    [repair], findings = of_rule(plan, code)
+    assert findings == [] and repair["verified"] is True
+    assert plan["env"]["PYTHONPATH"].split(os.pathsep)[0] == PLUGIN_DIR
+    assert plan["args"] == []  # the repair travels in the environment only
+    # The directory really holds what vLLM's entry-point discovery reads.
+    [entry] = (ROOT / "common" / "vllm_plugin").glob("*.dist-info/entry_points.txt")
+    assert "[vllm.general_plugins]\ncompat_weights = compat_plugin:register" in entry.read_text()
+    return repair
+
+
+# An engine without what the weight rules (R8, R9) need of it: (profile fact, its value, the
+# severity doctor must give the rule's finding); a fact the profile could not read is None.
+WITHOUT_PLUGINS = pytest.mark.parametrize(
+    "fact, value, severity",
+    [("general_plugins", False, "error"), ("weights_iterator_hook", False, "error"), ("general_plugins", None, "unverified")],
+)
+
+
+def examine_without(monkeypatch: Any, fact: str, value: Any, model: Path, env: Dict[str, str], card: str = "iluvatar-bi100") -> dict:
+    """doctor's in-process judgement of `model` on `card` with one fact of the card's profile set
+    to `value`."""
+    from common.doctor import doctor
+    from common.engine.profile import load_profile
+    from common.start import preflight
+
+    def profile_without(card: str) -> Any:
+        profile = load_profile(card)
+        setattr(profile, fact, value)
+        return profile
+
+    monkeypatch.setattr(preflight, "load_profile", profile_without)
+    return doctor.examine(str(model), card, [], env)
+
+
+def finding_without(monkeypatch: Any, fact: str, value: Any, severity: str, model: Path, env: Dict[str, str], code: str) -> dict:
+    """The one finding of `code` doctor gives `model` on an engine without `fact`: of `severity`,
+    with no repair, and the verdict that severity makes."""
+    data = examine_without(monkeypatch, fact, value, model, env)
+    [finding] = [f for f in data["findings"] if f["code"] == code]
+    assert finding["severity"] == severity and data["repairs"] == []
+    assert data["verdict"] == ("fails" if severity == "error" else "unverified")
+    return finding
 
 
 # ---- detection and the repair ------------------------------------------------------------------
@@ -78,15 +124,9 @@ def r8(plan):
 def test_single_file_fused_mixtral_gets_the_plugin(tmp_path, env_for_tests):
     model = model_dir(tmp_path / "m", {"config.json": MIXTRAL, "model.safetensors": safetensors(layer_shapes(True))})
     plan = preflight_json(model, env=env_for_tests)
-    [repair], findings = r8(plan)
-    assert findings == [] and repair["verified"] is True
+    repair = plugin_repair(plan, "R8")
     assert "4 fused expert tensors in the safetensors headers" in repair["detail"]
     assert plan["env"]["COMPAT_FUSED_EXPERTS"] == "mixtral"
-    assert plan["env"]["PYTHONPATH"].split(os.pathsep)[0] == PLUGIN_DIR
-    assert plan["args"] == []  # the repair travels in the environment only
-    # The directory really holds what vLLM's entry-point discovery reads.
-    [entry] = (ROOT / "common" / "vllm_plugin").glob("*.dist-info/entry_points.txt")
-    assert "[vllm.general_plugins]\ncompat_weights = compat_plugin:register" in entry.read_text()
 
 
 def test_sharded_checkpoint_names_from_the_index_and_one_header(tmp_path, env_for_tests):
@@ -176,26 +216,10 @@ def test_doctor_passes_r8_on_every_card_whose_engine_runs_plugins(tmp_path, env_
         assert [r["code"] for r in data["repairs"]] == ["R8"]
 
 
-@pytest.mark.parametrize(
-    "fact, value, severity",
-    [("general_plugins", False, "error"), ("weights_iterator_hook", False, "error"), ("general_plugins", None, "unverified")],
-)
+@WITHOUT_PLUGINS
 def test_engine_without_plugins_fails_in_doctor(tmp_path, env_for_tests, monkeypatch, fact, value, severity):
-    from common.doctor import doctor
-    from common.start import preflight
-    from common.engine.profile import load_profile
-
-    def profile_without(card):
-        profile = load_profile(card)
-        setattr(profile, fact, value)
-        return profile
-
-    monkeypatch.setattr(preflight, "load_profile", profile_without)
     model = model_dir(tmp_path / "m", {"config.json": MIXTRAL, "model.safetensors": safetensors(layer_shapes(True))})
-    data = doctor.examine(str(model), "iluvatar-bi100", [], env_for_tests)
-    [finding] = [f for f in data["findings"] if f["code"] == "R8"]
-    assert finding["severity"] == severity and data["repairs"] == []
-    assert data["verdict"] == ("fails" if severity == "error" else "unverified")
+    finding = finding_without(monkeypatch, fact, value, severity, model, env_for_tests, "R8")
     if severity == "error":
         assert "would fail to load them or load wrong expert weights" in finding["message"]
 

@@ -4,16 +4,15 @@ concerned), repaired by the image's vLLM plugin on engines that run general plug
 files are findings, never a crash. The plugin's rename is checked on a fake weight iterator."""
 
 import json
-import os
+from functools import partial
 
 import pytest
 
-from common.rules.support.plugin import PLUGIN_DIR
 from common.vllm_plugin import compat_weight_names as names
 from common.vllm_plugin import compat_plugin
 
-from common.tests.helpers import ROOT, metadata_layer_passed, model_dir, preflight_json, run_common
-from .test_r8_rule import LFS, safetensors
+from common.tests.helpers import metadata_layer_passed, model_dir, of_rule, only_rule, preflight_json, run_common
+from .test_r8_rule import LFS, WITHOUT_PLUGINS, finding_without, plugin_repair, safetensors
 
 TEXT = {
     "model_type": "llama",
@@ -41,10 +40,7 @@ GEMMA3 = dict(
 )
 
 
-@pytest.fixture(autouse=True)
-def only_r9(env_for_tests):
-    """The other rules have their own tests; here they would only add unrelated repairs."""
-    env_for_tests["COMPAT_SKIP"] = "R2,R3,R3b,R4,R5,R6,H1,H2,R7,R8,MB"
+only_r9 = only_rule("R2,R3,R3b,R4,R5,R6,H1,H2,R7,R8,MB", "only_r9")
 
 
 def tower(flat: bool, prefix: str = "vision_tower.", siglip: bool = False):
@@ -66,8 +62,7 @@ def tower(flat: bool, prefix: str = "vision_tower.", siglip: bool = False):
     return shapes
 
 
-def r9(plan):
-    return [r for r in plan["repairs"] if r["code"] == "R9"], [f for f in plan["findings"] if f["code"] == "R9"]
+r9 = partial(of_rule, code="R9")  # (repairs, findings) of R9 in a plan
 
 
 # ---- detection and the repair ------------------------------------------------------------------
@@ -76,18 +71,13 @@ def r9(plan):
 def test_flat_clip_tower_in_one_file_gets_the_plugin(tmp_path, env_for_tests):
     model = model_dir(tmp_path / "m", {"config.json": LLAVA, "model.safetensors": safetensors(tower(True))})
     plan = preflight_json(model, env=env_for_tests)
-    [repair], findings = r9(plan)
-    assert findings == [] and repair["verified"] is True
+    repair = plugin_repair(plan, "R9")
     assert "7 vision tower tensors in the safetensors headers without the vision_model level" in repair["detail"]
     assert (
         "(e.g. vision_tower.embeddings.class_embedding, published as vision_tower.vision_model.embeddings.class_embedding)"
         in (repair["detail"])
     )
     assert plan["env"]["COMPAT_WEIGHT_NAMES"] == "vision_model"
-    assert plan["env"]["PYTHONPATH"].split(os.pathsep)[0] == PLUGIN_DIR
-    assert plan["args"] == []  # the repair travels in the environment only
-    [entry] = (ROOT / "common" / "vllm_plugin").glob("*.dist-info/entry_points.txt")
-    assert "[vllm.general_plugins]\ncompat_weights = compat_plugin:register" in entry.read_text()
 
 
 def test_names_from_the_index_alone(tmp_path, env_for_tests):
@@ -143,26 +133,10 @@ def test_vllm_plugins_filter_without_ours_is_an_error(tmp_path, env_for_tests):
     assert "VLLM_PLUGINS='lora_resolver' does not allow compat_weights, so it would fail to load them" in finding["message"]
 
 
-@pytest.mark.parametrize(
-    "fact, value, severity",
-    [("general_plugins", False, "error"), ("weights_iterator_hook", False, "error"), ("general_plugins", None, "unverified")],
-)
+@WITHOUT_PLUGINS
 def test_engine_without_plugins(tmp_path, env_for_tests, monkeypatch, fact, value, severity):
-    from common.doctor import doctor
-    from common.start import preflight
-    from common.engine.profile import load_profile
-
-    def profile_without(card):
-        profile = load_profile(card)
-        setattr(profile, fact, value)
-        return profile
-
-    monkeypatch.setattr(preflight, "load_profile", profile_without)
     model = model_dir(tmp_path / "m", {"config.json": LLAVA, "model.safetensors": safetensors(tower(True))})
-    data = doctor.examine(str(model), "iluvatar-bi100", [], env_for_tests)
-    [finding] = [f for f in data["findings"] if f["code"] == "R9"]
-    assert finding["severity"] == severity and data["repairs"] == []
-    assert data["verdict"] == ("fails" if severity == "error" else "unverified")
+    finding_without(monkeypatch, fact, value, severity, model, env_for_tests, "R9")
 
 
 def test_doctor_passes_r9_on_every_card(tmp_path, env_for_tests):

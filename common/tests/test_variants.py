@@ -14,7 +14,7 @@ from common.doctor import doctor
 
 from common.engine import profile
 
-from common.tests.helpers import fake_engine, metadata_layer_passed, model_dir
+from common.tests.helpers import fake_engine, metadata_layer_passed, model_dir, run_common
 
 # The newest engine's transformers is 5.x: the author venv's stands in for its Python here.
 NEXT_PYTHON = Path(__file__).resolve().parents[2] / ".venv-author" / "bin" / "python"
@@ -207,17 +207,8 @@ def test_doctor_finds_the_checkouts_engine_venvs_and_says_which_verified(models)
     """No COMPAT_ENGINE_PYTHON* set: each variant of nv-a100 is verified with this checkout's own
     engine venv (0.11.0's, 0.32.0's), never left unverified for want of a variable, and each
     verdict names the Python that verified it."""
-    import subprocess
-
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPAT_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "common", "doctor", str(models("v5-generic")), "--card", "nv-a100", "--json"],
-        cwd=str(CHECKOUT),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_common(["doctor", str(models("v5-generic")), "--card", "nv-a100", "--json"], env, timeout=300)
     data = json.loads(proc.stdout)
     variants = data["variants"]
     assert proc.returncode == 0 and variants["nv-a100@next"]["verdict"] == "starts" and variants["nv-a100"]["verdict"] == "starts", data
@@ -226,14 +217,7 @@ def test_doctor_finds_the_checkouts_engine_venvs_and_says_which_verified(models)
     assert data["recommended"] == "nv-a100@next" and data["repairs"] == []
     # Served as its file says, in bfloat16: no cell ran that dtype (every cell runs float32).
     assert variants["nv-a100"]["tokens"] == "unproven" and "@dtype=bfloat16" in variants["nv-a100"]["tokens_open"], variants
-    text = subprocess.run(
-        [sys.executable, "-m", "common", "doctor", str(models("v5-generic")), "--card", "nv-a100", "--", "--dtype", "float32"],
-        cwd=str(CHECKOUT),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    ).stdout
+    text = run_common(["doctor", str(models("v5-generic")), "--card", "nv-a100", "--", "--dtype", "float32"], env, timeout=300).stdout
     assert "checked with: .venv-engine-next/bin/python (this checkout's engine venv)" in text
     assert "| nv-a100 | 0.11.0 | starts | R3, R3b, R5 | - | proven (" in text
     assert ") | .venv-engine/bin/python (this checkout's engine venv) |" in text

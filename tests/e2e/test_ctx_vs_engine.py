@@ -17,21 +17,12 @@ import pytest
 
 from common.rules.ctx_context_length import RULE
 from harness.engine import ENGINE_055, ENGINE_0110, ENGINE_NEXT
+from harness.fixtures.shapes import TINY
 
 pytestmark = pytest.mark.e2e
 
-LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "vocab_size": 400,
-    "max_position_embeddings": 4096,
-    "torch_dtype": "bfloat16",
-}
+# shapes.TINY's Llama with the positions the rope scalings below stretch, and no head_dim of its own.
+LLAMA = dict({k: v for k, v in TINY.items() if k not in ("head_dim", "tie_word_embeddings")}, vocab_size=400, max_position_embeddings=4096)
 GEMMA2 = dict(
     LLAMA,
     architectures=["Gemma2ForCausalLM"],

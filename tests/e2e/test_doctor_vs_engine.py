@@ -39,7 +39,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
 
-from harness.engine import ENGINE_055, ENGINE_0110, ROOT, Engine, Server, free_port
+from common.tests.helpers import run_common
+from harness.engine import ENGINE_055, ENGINE_0110, Engine, Server, free_port
 from harness.fixtures.committed import COMMITTED
 
 # ---- the log lines that decide, per engine ------------------------------------------------------
@@ -465,23 +466,23 @@ def case_param(case: Case):
 # ---- running doctor and the engine -------------------------------------------------------------
 
 
-def doctor(model: Path, card: str, engine_python: Optional[str] = None) -> dict:
-    """What a user runs before submitting, with the engine's Python for verification (or the
-    one named)."""
+def doctor_run(path: Path, card: str, timeout: float, engine_python: Optional[str] = None) -> subprocess.CompletedProcess:
+    """`doctor PATH --card CARD --json` with the platform's arguments, as a user runs it, verified
+    with the card's engine Python (or the one named); it must print its JSON."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPAT_")}
     env["COMPAT_ENGINE_PYTHON"] = engine_python or str(ENGINE_OF_CARD[card].python)
     # The card's own engine is the one held against vanilla here: its variants (nv-a100@next,
     # which doctor would find in this checkout and could recommend) are left unverified.
     env["COMPAT_ENGINE_PYTHON_NEXT"] = "/nonexistent/engine-next/python"
-    proc = subprocess.run(
-        [sys.executable, "-m", "common", "doctor", str(model), "--card", card, "--json", "--", *PLATFORM_ARGS],
-        cwd=str(ROOT),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_common(["doctor", str(path), "--card", card, "--json", "--", *PLATFORM_ARGS], env, timeout=timeout)
     assert proc.stdout.strip(), f"doctor printed nothing (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    return proc
+
+
+def doctor(model: Path, card: str, engine_python: Optional[str] = None) -> dict:
+    """What a user runs before submitting, with the engine's Python for verification (or the
+    one named)."""
+    proc = doctor_run(model, card, 300, engine_python)
     data = json.loads(proc.stdout)
     assert proc.returncode == {"starts": 0, "fails": 1}.get(data["verdict"], 2), proc.stderr
     return data
@@ -574,18 +575,7 @@ def doctor_folder(folder: Path, card: str) -> Dict[str, dict]:
     """What a user runs on a folder of submissions before sending them: `doctor FOLDER --card
     CARD --json`, one row per model (the same plan and judgement as doctor on one model, the
     engine-side checks of all in one engine process and their model builds in one more)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPAT_")}
-    env["COMPAT_ENGINE_PYTHON"] = str(ENGINE_OF_CARD[card].python)
-    env["COMPAT_ENGINE_PYTHON_NEXT"] = "/nonexistent/engine-next/python"  # as in doctor() above
-    proc = subprocess.run(
-        [sys.executable, "-m", "common", "doctor", str(folder), "--card", card, "--json", "--", *PLATFORM_ARGS],
-        cwd=str(ROOT),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.stdout.strip(), f"doctor printed nothing (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    proc = doctor_run(folder, card, 600)
     rows = json.loads(proc.stdout)["rows"]
     verdicts = {row["verdict"] for row in rows}
     assert proc.returncode == (1 if "fails" in verdicts else 2 if verdicts & {"unverified", "error"} else 0), proc.stderr

@@ -33,7 +33,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import Dict
 import pytest
 
 from common.build_checks.selftest import tree_digest
+from common.tests.helpers import run_common
 from harness.engine import ENGINE_055, ENGINE_0110, ENGINE_NEXT, ROOT
 from harness.fixtures.committed import COMMITTED
 from harness.fixtures.factory import build
@@ -165,14 +165,7 @@ def doctor_all(folder: Path, card: str, env_extra: Dict[str, str], skip: str = "
         env["COMPAT_SKIP"] = skip
     before = tree_digest(str(folder))
     started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "common", "doctor", str(folder), "--card", card, "--json", "--", *PLATFORM_ARGS],
-        cwd=str(ROOT),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    proc = run_common(["doctor", str(folder), "--card", card, "--json", "--", *PLATFORM_ARGS], env, timeout=900)
     assert proc.stdout.startswith("{"), proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     report["seconds"] = time.monotonic() - started

@@ -5,7 +5,7 @@ prompts to every other attention group's builder. That the engine then serves th
 of a model with several attention groups is the Gemma 4 cases' conformance cells on 0.11.0."""
 
 import ast
-import shutil
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,18 +17,8 @@ from common.tests.helpers import ROOT
 
 UPSTREAM = ROOT / ".upstream" / "vllm-0_11_0" / "vllm"
 FILE = "v1/worker/cpu_model_runner.py"
-pytestmark = pytest.mark.skipif(not (UPSTREAM / FILE).exists(), reason="no upstream sources: run `make upstream-src`")
-
-
-def patch_module():
-    return harness_patch_files.load(ROOT / "envs" / "engine" / "cpu_attention_groups.py")
-
-
-@pytest.fixture
-def package(tmp_path: Path) -> Path:
-    (tmp_path / FILE).parent.mkdir(parents=True)
-    shutil.copy(UPSTREAM / FILE, tmp_path / FILE)
-    return tmp_path
+pytestmark, package = harness_patch_files.upstream_package(UPSTREAM, [FILE])
+patch_module = partial(harness_patch_files.load, ROOT / "envs" / "engine" / "cpu_attention_groups.py")
 
 
 def may_reorder_batch(path: Path):

@@ -6,8 +6,8 @@ anything is written. That the patched engine serves the author's tokens in float
 conformance matrix's 0.32 cells of Qwen3-Next, Qwen3.5 and Qwen3.5-MoE."""
 
 import ast
+from functools import partial
 import hashlib
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,18 +18,8 @@ from common.tests.helpers import ROOT
 
 UPSTREAM = ROOT / ".upstream" / "vllm-0_32_0" / "vllm"
 TARGET = "model_executor/layers/mamba/ops/cpu/gdn_attention.py"
-pytestmark = pytest.mark.skipif(not (UPSTREAM / TARGET).exists(), reason="no upstream sources: run `make upstream-src`")
-
-
-def patch_module():
-    return harness_patch_files.load(ROOT / "envs" / "engine-next" / "cpu_gdn_float32.py")
-
-
-@pytest.fixture
-def package(tmp_path: Path) -> Path:
-    (tmp_path / TARGET).parent.mkdir(parents=True)
-    shutil.copy(UPSTREAM / TARGET, tmp_path / TARGET)
-    return tmp_path
+pytestmark, package = harness_patch_files.upstream_package(UPSTREAM, [TARGET])
+patch_module = partial(harness_patch_files.load, ROOT / "envs" / "engine-next" / "cpu_gdn_float32.py")
 
 
 def core_body(path: Path):

@@ -4,8 +4,7 @@ vLLM's files are refused before anything is written. That the patched engine ser
 tokens at --tensor-parallel-size 2 is the conformance matrix's TP cells (tests/e2e/test_conformance.py
 runs one per backport path)."""
 
-import ast
-import shutil
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -16,35 +15,16 @@ from common.tests.helpers import ROOT
 
 UPSTREAM = ROOT / ".upstream" / "vllm-0_5_5" / "vllm"
 FILES = ("config.py", "distributed/parallel_state.py")
-pytestmark = pytest.mark.skipif(not (UPSTREAM / FILES[0]).exists(), reason="no upstream sources: run `make upstream-src`")
-
-
-def patch_module():
-    return harness_patch_files.load(ROOT / "envs" / "engine055" / "cpu_tensor_parallel.py")
-
-
-@pytest.fixture
-def package(tmp_path: Path) -> Path:
-    for rel in FILES:
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(UPSTREAM / rel, tmp_path / rel)
-    return tmp_path
+pytestmark, package = harness_patch_files.upstream_package(UPSTREAM, FILES, needed=FILES[:1])
+patch_module = partial(harness_patch_files.load, ROOT / "envs" / "engine055" / "cpu_tensor_parallel.py")
 
 
 def function_source(path: Path, cls: str, name: str) -> str:
-    text = path.read_text()
-    tree = ast.parse(text)
-    [klass] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls]
-    [fn] = [n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == name]
-    return ast.get_source_segment(text, fn)
+    return harness_patch_files.function_source(path, name, cls)
 
 
 def test_each_edit_lands_once_and_again_is_a_no_op(package):
-    patch = patch_module()
-    assert patch.apply(package) == [f"{rel} edited" for rel, _, _ in patch.EDITS]
-    edited = {rel: (package / rel).read_text() for rel in FILES}
-    assert patch.apply(package) == [f"{rel} already edited" for rel, _, _ in patch.EDITS]
-    assert {rel: (package / rel).read_text() for rel in FILES} == edited
+    edited = harness_patch_files.edits_land_once(patch_module(), package, FILES)
 
     # Ray only off the CPU; pynccl only where CUDA runs; Intel's extension only where installed,
     # else the all-reduce falls through to gloo's torch.distributed.all_reduce.

@@ -5,8 +5,7 @@ window and cap is tests/e2e/vllm011/test_cpu_windows_vllm011.py (the engine's ow
 and paged cache), and that the engine then serves the author's tokens is the windowed cases'
 conformance cells on 0.11.0."""
 
-import ast
-import shutil
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -17,38 +16,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 UPSTREAM = ROOT / ".upstream" / "vllm-0_11_0" / "vllm"
 FILES = ("engine/arg_utils.py", "platforms/cpu.py", "v1/attention/backends/cpu_attn.py")
-pytestmark = pytest.mark.skipif(not all((UPSTREAM / f).exists() for f in FILES), reason="no upstream sources: run `make upstream-src`")
-
-
-def patch_module():
-    return harness_patch_files.load(ROOT / "envs" / "engine" / "cpu_windows.py")
-
-
-@pytest.fixture
-def package(tmp_path: Path) -> Path:
-    for rel in FILES:
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(UPSTREAM / rel, tmp_path / rel)
-    return tmp_path
-
-
-def function_source(path: Path, name: str, cls: str = "") -> str:
-    text = path.read_text()
-    tree = ast.parse(text)
-    body = tree.body
-    if cls:
-        [klass] = [n for n in body if isinstance(n, ast.ClassDef) and n.name == cls]
-        body = klass.body
-    [fn] = [n for n in body if isinstance(n, ast.FunctionDef) and n.name == name]
-    return ast.get_source_segment(text, fn)
+pytestmark, package = harness_patch_files.upstream_package(UPSTREAM, FILES)
+patch_module = partial(harness_patch_files.load, ROOT / "envs" / "engine" / "cpu_windows.py")
+function_source = harness_patch_files.function_source
 
 
 def test_each_edit_lands_once_and_again_is_a_no_op(package):
-    patch = patch_module()
-    assert patch.apply(package) == [f"{rel} edited" for rel, _, _ in patch.EDITS]
-    edited = {rel: (package / rel).read_text() for rel in FILES}
-    assert patch.apply(package) == [f"{rel} already edited" for rel, _, _ in patch.EDITS]
-    assert {rel: (package / rel).read_text() for rel in FILES} == edited
+    edited = harness_patch_files.edits_land_once(patch_module(), package, FILES)
     for rel in FILES:
         compile(edited[rel], rel, "exec")  # still Python
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import graphlib
 from pathlib import Path
-from typing import Dict, Optional, Set
+from typing import Dict, List, Optional, Set
 
 from compat_build.import_graph import imports
 
@@ -37,12 +37,17 @@ def test_the_graph_is_read_from_real_imports():
     assert {"common/__init__.py", "common/model/__init__.py"} <= ran
 
 
-def test_no_module_imports_from_a_layer_above_it():
+def loop_free_order(edges: Dict[str, Set[str]], loop: str) -> List[str]:
+    """The nodes of `edges` in an order where each comes after what it imports; a loop fails the
+    test, named `loop` and listed node by node."""
     try:
-        order = list(graphlib.TopologicalSorter(graph()).static_order())
+        return list(graphlib.TopologicalSorter(edges).static_order())
     except graphlib.CycleError as exc:
-        raise AssertionError(f"an import loop (each imports the next): {' -> '.join(exc.args[1])}") from None
-    assert order
+        raise AssertionError(f"{loop}: {' -> '.join(exc.args[1])}") from None
+
+
+def test_no_module_imports_from_a_layer_above_it():
+    assert loop_free_order(graph(), "an import loop (each imports the next)")
 
 
 # The groups of common/, bottom first: a group imports only from the groups before it (and from
@@ -76,11 +81,7 @@ def test_the_package_graph_is_read_from_real_imports():
 
 
 def test_no_group_of_common_imports_from_a_group_that_imports_it():
-    try:
-        order = list(graphlib.TopologicalSorter(package_graph()).static_order())
-    except graphlib.CycleError as exc:
-        raise AssertionError(f"a loop between the groups of common/ (each imports the next): {' -> '.join(exc.args[1])}") from None
-    assert order
+    assert loop_free_order(package_graph(), "a loop between the groups of common/ (each imports the next)")
 
 
 def test_the_groups_import_only_down():

@@ -19,11 +19,11 @@ About two minutes on two cores, most of it vLLM's imports.
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from common.tests.helpers import run_common
 from harness.engine import ENGINE_NEXT, ROOT
 from harness.fixtures.newest_families import NEWEST, QUANTIZED, write_model
 
@@ -68,14 +68,7 @@ def engine_has_amx() -> bool:
 
 def test_doctor_builds_the_newest_families_and_names_a_kernel_the_cpu_build_lacks(shapes):
     env = dict(os.environ, COMPAT_ENGINE_PYTHON_NEXT=str(ENGINE_NEXT.python), COMPAT_SKIP="C1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "common", "doctor", str(shapes), "--card", "nv-a100@next", "--json", "--", *PLATFORM_ARGS],
-        cwd=str(ROOT),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    proc = run_common(["doctor", str(shapes), "--card", "nv-a100@next", "--json", "--", *PLATFORM_ARGS], env, timeout=900)
     assert proc.stdout.startswith("{"), proc.stderr[-3000:]
     rows = {Path(r["model"]).name: r for r in json.loads(proc.stdout)["rows"]}
     assert set(rows) == {name.split("/")[1] for name in {**NEWEST, **QUANTIZED}}
