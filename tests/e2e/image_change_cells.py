@@ -6,7 +6,7 @@ share them."""
 from __future__ import annotations
 
 import json
-from typing import Callable, Dict, List, Tuple
+from typing import Dict, List, Tuple
 
 import pytest
 
@@ -14,17 +14,6 @@ from conformance.cases import ENGINES
 from conformance.image_changes import image_change_cells
 from conformance.matrix import RESULTS, cell_id, cell_key, run_cells, select_cases
 from harness.starts import record
-
-
-def committed_cells_test(vllm: str) -> Callable[[], None]:
-    """The test of one generation's module (vllm055/, vllm011/), which assigns it to its own name
-    so that each generation's cells stay a test of their own directory."""
-
-    @pytest.mark.e2e
-    def test() -> None:
-        assert changed_cells(vllm) == []
-
-    return test
 
 
 def changed_cells(vllm: str) -> List[Tuple[Tuple, str, str]]:
