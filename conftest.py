@@ -249,7 +249,7 @@ def env_for_tests(fake_vllm, tmp_path):
     # nv-a100@next) where no variable names one: these tests judge the card's default engine
     # alone, whatever venvs this checkout has built, unless a test names the variant's Python.
     env["COMPAT_ENGINE_PYTHON_NEXT"] = os.path.join(os.sep, "nonexistent", "engine-next", "python")
-    # .venv has no vLLM: doctor's model build (MB, common/doctor/model_build.py) is the real-engine
+    # .venv has no vLLM: doctor's model build (MB, common/doctor/model_build_finding.py) is the real-engine
     # tests' (tests/e2e/test_model_build_vs_engine.py); here it would only say "unverified".
     env["COMPAT_SKIP"] = "MB"
     env["COMPAT_WORK_DIR"] = str(tmp_path / "work")

@@ -1,7 +1,7 @@
 """Every code the project speaks, in one registry: `python3 -m common explain CODE` reads it.
 
-Runtime repairs (R*, H1) describe themselves in their rule modules (common/rules/); this module
-adds what is not a runtime rule: build-time patches and checks (L*, applied in the image build,
+The runtime rules' pages are theirs (common/rules/support/pages.py, each rule module's docstring
+its why); this module adds what is not a runtime rule: build-time patches and checks (L*, applied in the image build,
 compat_build/patches/), the honest classes triage gives failures no repair fixes, and the codes
 a plan's findings use for the model directory and the arguments. Manifest validation, triage,
 doctor and `explain` all read this registry; nothing else lists codes. Codes are matched
@@ -69,7 +69,7 @@ BUILD = (
     ),
 )
 
-# What doctor asks the engine itself beyond the rules (common/doctor/model_build.py), and no repair fixes.
+# What doctor asks the engine itself beyond the rules (common/doctor/model_build_finding.py), and no repair fixes.
 DOCTOR = (
     Code(
         "MB",

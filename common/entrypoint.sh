@@ -88,11 +88,11 @@ seed_vllm_cache() {
 [ "${COMPAT_DISABLE:-0}" = "1" ] || seed_vllm_cache
 
 # `docker run --rm IMAGE selftest [--card CARD] [--json]`: the image checks itself instead of
-# starting vLLM (common/image_checks/selftest.py: this entrypoint on the models bundled with the image, vLLM
+# starting vLLM (common/build_checks/selftest.py: this entrypoint on the models bundled with the image, vLLM
 # replaced by a recorder). No argument list vLLM takes starts with this word, nor with `doctor`.
 if [ "${1-}" = "selftest" ]; then
     shift
-    exec "$COMPAT_PYTHON" "$COMPAT_HOME/common/image_checks/selftest.py" "$@"
+    exec "$COMPAT_PYTHON" "$COMPAT_HOME/common/build_checks/selftest.py" "$@"
 fi
 # `docker run --rm -v MODEL:/model:ro IMAGE doctor [--json]`: the user's pre-submit check, the
 # image's own engine verifying every repair; the card is the image's unless --card says another.

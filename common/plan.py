@@ -60,7 +60,7 @@ class Repair:
         self.work_file: Optional[Tuple[str, str, str]] = None
         # An edit of the engine's own source at start: (dotted module, transform for common.engine.patching).
         self.engine_patch: Optional[Tuple[str, Callable[[str], str]]] = None
-        # A request the engine's Python answers before the repair is used (checks/engine_checks.py):
+        # A request the engine's Python answers before the repair is used (engine_checks/process.py):
         # verified when it answers ok, dropped with a finding otherwise.
         self.engine_check: Optional[Dict[str, Any]] = None
         self.verified: Optional[bool] = None

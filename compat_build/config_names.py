@@ -7,7 +7,7 @@ engine cannot build a Gemma 2 either of them saved. Such names are not guessed h
 architecture the engine's registry holds that transformers has a class of, its config class's
 defaults are saved by the author's transformers 5 and by the engine's own transformers (the two
 savers of real checkpoints), and the engine builds its model class from each on the meta device,
-as doctor's MB check does (common/checks/model_build.py): each `'XConfig' object has no attribute
+as doctor's MB check does (common/engine_checks/model_build.py): each `'XConfig' object has no attribute
 'NAME'` its model code raises is a name found; the build is repeated with the names found so far
 stated, until it builds or stops on something else.
 
@@ -125,7 +125,7 @@ def save(out: Path, architectures: List[str]) -> None:
 def build(jobs_file: Path) -> None:
     """Build each job's model class, stating the names found so far, until it builds or stops on
     something else: one JSON line per job."""
-    sys.path[:0] = [str(ROOT / "common" / "checks"), str(ROOT)]
+    sys.path[:0] = [str(ROOT / "common" / "engine_checks"), str(ROOT)]
     import model_build  # the engine side of doctor's MB (standalone: no import of the runtime package)
 
     from common.rules.r13_config_names import stated_value

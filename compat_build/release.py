@@ -10,7 +10,7 @@ usage: python -m compat_build.release matrix
        python -m compat_build.release check [--local-bases]   (make release-check [BASES=local])
 
 The image job is build -> selftest -> push -> register, as in jupyter/docker-stacks: the built
-image runs its own self-test (common/image_checks/selftest.py: its entrypoint on the models bundled in it, vLLM
+image runs its own self-test (common/build_checks/selftest.py: its entrypoint on the models bundled in it, vLLM
 replaced by a recorder) the way the platform runs the image: `docker run --rm --user 54321:54321
 --read-only --tmpfs /tmp --network none IMAGE selftest` (a uid the image does not know, a read-only
 root, Docker's default tmpfs, which allows no exec); `push` pushes only the image that passed (the

@@ -36,14 +36,14 @@ STEP_FILES = (
     ("common/engine/patching.py", "steps/common/engine/patching.py"),
     ("common/codes.py", "steps/common/codes.py"),
     ("common/code_kinds.py", "steps/common/code_kinds.py"),
-    ("common/checks/__init__.py", "steps/common/checks/__init__.py"),
-    ("common/checks/layer_api.py", "steps/common/checks/layer_api.py"),
+    ("common/engine_checks/__init__.py", "steps/common/engine_checks/__init__.py"),
+    ("common/engine_checks/layer_api.py", "steps/common/engine_checks/layer_api.py"),
     ("compat_build/__init__.py", "steps/compat_build/__init__.py"),
     ("compat_build/snapshot_engine.py", "steps/compat_build/snapshot_engine.py"),
     ("compat_build/image_steps", "steps/compat_build/image_steps"),
     ("compat_build/patches", "steps/compat_build/patches"),
 )
-# The committed fixture models (metadata only) the image's self-test starts (common/image_checks/selftest.py):
+# The committed fixture models (metadata only) the image's self-test starts (common/build_checks/selftest.py):
 # one saved by transformers 5, and the clean ones (saved by 4.57, or by 4.55 for an engine that
 # reads only `torch_dtype`: the self-test picks by the baked profile). Bundled as selftest/models/<name>/.
 SELFTEST_MODELS = ("v5-generic", "457-generic", "455-generic")

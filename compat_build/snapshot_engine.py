@@ -888,8 +888,8 @@ LAYER_API = (
 
 def layer_api(symbols: Any = LAYER_API) -> Optional[Dict[str, List[str]]]:
     """symbol -> the parameter names it takes, for each symbol the engine's vLLM defines where it
-    says (common/checks/layer_api.py: the preflight's own reader). None: no vLLM to ask."""
-    from common.checks import layer_api as probe
+    says (common/engine_checks/layer_api.py: the preflight's own reader). None: no vLLM to ask."""
+    from common.engine_checks import layer_api as probe
 
     root = probe.vllm_dir()
     return probe.probe(root, symbols) if root else None
@@ -943,7 +943,7 @@ if __name__ == "__main__":
     # defaults: a snapshot (at image build, or `make profiles`) never reaches for the network.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # Run as a script under the engine's Python: the checkout's root (the build context's steps/)
-    # goes last on sys.path, for common.checks.layer_api; the engine's packages stay first.
+    # goes last on sys.path, for common.engine_checks.layer_api; the engine's packages stay first.
     ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if ROOT_DIR not in sys.path:
         sys.path.append(ROOT_DIR)

@@ -166,7 +166,7 @@ def venv_spec(venv: str) -> str:
     h = hashlib.sha256()
     for path in _files_under(ROOT / "envs" / name):
         h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
-    h.update((ROOT / "scripts" / "make-venv.sh").read_bytes())
+    h.update((ROOT / "scripts" / "make-venv.sh").read_bytes() + (ROOT / "envs" / "source_edits.py").read_bytes())
     h.update(f"installed {installed(venv)}".encode())
     return h.hexdigest()[:16]
 
@@ -188,7 +188,7 @@ def fingerprint(case: Dict, saver: str, engine: Engine, card: str, tp: int = 1) 
 def doctor_fingerprint() -> str:
     """What doctor's verdicts on the cells' models depend on (the module's doc)."""
     roots = [*_files_under(COMMON / "doctor", (".py",)), COMMON / "cli.py"]
-    roots += _files_under(COMMON / "checks", (".py",)) + _files_under(COMMON / "rules", (".py",))
+    roots += _files_under(COMMON / "engine_checks", (".py",)) + _files_under(COMMON / "rules", (".py",))
     files = set(closure(tuple(sorted(roots))))
     files.update((COMMON / "engine").glob("*.json"))
     files.update((COMMON / "engine" / "profiles").glob("*.json"))

@@ -143,7 +143,7 @@ def medians(cases: Dict[str, Callable[[], float]]) -> Dict[str, float]:
 # imported first (not the entry points, which run on import): a module a rule imports only for
 # the models it concerns is code, not model data.
 # The runtime package's groups (common/model/, engine/, ...); an older tree (--tree) has none.
-GROUPS = ("model", "engine", "memory", "start", "doctor", "image_checks")
+GROUPS = ("model", "engine", "memory", "start", "doctor", "build_checks")
 READ_BYTES = (
     "import importlib, os, pkgutil, sys; import common, common.rules, common.vllm_plugin; "
     f"groups = [importlib.import_module('common.' + g) for g in {GROUPS!r} if os.path.isdir('common/' + g)]; "

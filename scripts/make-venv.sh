@@ -20,7 +20,8 @@ cache=${COMPAT_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/enginex-compat/venvs}
 command -v "$python" >/dev/null || { echo "make-venv: $python not found; install it first" >&2; exit 2; }
 
 pyver=$("$python" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
-key=$( { echo "$pyver"; cat "$here/scripts/make-venv.sh"; find "$spec" -type f | sort | xargs cat; } \
+# envs/source_edits.py: the applier the env's harness patches import while it is built.
+key=$( { echo "$pyver"; cat "$here/scripts/make-venv.sh" "$here/envs/source_edits.py"; find "$spec" -type f | sort | xargs cat; } \
        | sha256sum | cut -c1-12)
 target="$cache/$name-$key"
 

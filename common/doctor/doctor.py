@@ -4,7 +4,7 @@ What would fail on this card's stack, what the image repairs (and whether the re
 and what remains. The verdicts promise:
   starts      every check passed and every repair verified with the engine's own transformers
               (its AutoConfig read config.json too), and the engine's own vLLM built its model
-              class for it on the meta device (MB, common/doctor/model_build.py): the engine gets past
+              class for it on the meta device (MB, common/doctor/model_build_finding.py): the engine gets past
               the model's metadata to its weights. Exit 0.
   fails       something no repair fixes (an error finding: unknown architecture or model type,
               remote code without --trust-remote-code, an adapter, a quantization method the
@@ -38,7 +38,7 @@ def examine(model_dir: str, card: str, vllm_args: Sequence[str], env: Mapping[st
     plan = Plan(card=card, model_dir=os.path.abspath(model_dir))
     try:
         build_plan(model_dir, card, vllm_args, env, verify=True, plan=plan, ask_engine_config=True)
-        from .model_build import check as build_model  # the engine's model class, built on the meta device
+        from .model_build_finding import check as build_model  # the engine's model class, built on the meta device
 
         build_model([plan], env)
     except Exception as exc:  # a bug must still give the user an answer

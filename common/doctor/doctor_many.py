@@ -5,7 +5,7 @@ One row per model and card (starts as is / starts with repairs / fails / unverif
 codes that decide it), then totals per card: how many would start without the image's repairs
 and how many with them. The rules run in this process for every model; the engine-side checks of
 all the models of one card go to ONE engine-Python process (verify.run_checks_of_many), not one
-per model, and the engine's model classes of all of them (MB, common/doctor/model_build.py) to one more,
+per model, and the engine's model classes of all of them (MB, common/doctor/model_build_finding.py) to one more,
 which imports the engine's vLLM once. Progress goes to stderr, one line per model and card; a
 model that breaks doctor is a row with its error ("error"), never the end of the run.
 
@@ -155,7 +155,7 @@ def judge_card(
 ) -> List[Dict[str, Any]]:
     """Every model on one card, a row each in the order of `models`: the rules of each, then all
     their checks in one engine process."""
-    from .model_build import warm_up
+    from .model_build_finding import warm_up
 
     card_env = engine.env(env)
     # The model build's process first: its import of vLLM and torch (most of its time) runs
@@ -179,8 +179,8 @@ def _judge_card(
     warm: Optional[Warm],
 ) -> List[Dict[str, Any]]:
     from ..start.verify import run_checks_of_many, verify_timeout
-    from .model_build import check as build_models
-    from .model_build import request_for, skipped
+    from .model_build_finding import check as build_models
+    from .model_build_finding import request_for, skipped
 
     started: List[Tuple[int, Plan, Optional[Pending]]] = []
     rows: List[Optional[Dict[str, Any]]] = [None] * len(models)

@@ -48,7 +48,7 @@ def _component(name: str, content: Dict[str, Any]) -> str:
 
 
 def processor_check(model: ModelDir) -> Optional[Dict[str, Any]]:
-    """The "processor" check request (checks/engine_checks.py, without its path) for the files
+    """The "processor" check request (engine_checks/process.py, without its path) for the files
     as the engine reads them: a legacy file where the model has one, else the nested entry of
     processor_config.json; the class the files name. None without processor files."""
     if not has_processor(model):

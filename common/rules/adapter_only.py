@@ -8,20 +8,11 @@ model the adapter was trained on.
 
 from __future__ import annotations
 
-from ..code_kinds import CHECK
 from .support.base import Context, Outcome, Rule
 
 
 class AdapterOnly(Rule):
     code = "ADAPTER"
-    kind = CHECK
-    title = "an adapter, not a model"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "submit the base model (merged with the adapter, or serve the adapter with --enable-lora on top of it)"
-    # What vLLM prints for a directory without config.json says nothing of an adapter (0.11:
-    # "Invalid repository ID or local directory", 0.5.5: "Unrecognized model"); the model
-    # directory tells, so no log line claims this code.
-    log_signatures = ()
 
     def check(self, ctx: Context) -> Outcome:
         if ctx.model.state("config.json").exists or not ctx.model.state("adapter_config.json").exists:

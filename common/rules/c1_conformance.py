@@ -20,7 +20,6 @@ the engine lacks, a context longer than the engine derives) is that rule's.
 
 from __future__ import annotations
 
-from ..code_kinds import CHECK
 from ..engine.conformance_cells import failing_start
 from .support.base import Context, Outcome, Rule
 
@@ -41,13 +40,6 @@ def acts_on(cell: Dict[str, Any]) -> bool:
 
 class Conformance(Rule):
     code = "C1"
-    kind = CHECK
-    title = "this engine computes this configuration differently"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = (
-        "serve the model on an engine whose conformance cell is exact (`doctor --card all` shows each card's tokens); "
-        "a backport of the architecture for this engine generation closes the cell"
-    )
 
     def check(self, ctx: Context) -> Outcome:
         outcome = Outcome()

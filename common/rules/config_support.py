@@ -14,54 +14,41 @@ engine's AutoConfig, which catches what a table cannot.
 
 from __future__ import annotations
 
-from ..code_kinds import CHECK
-from ..model.headsize import NESTED_TEXT_CONFIGS
+from ..model.config_types import has_own_config_code, model_types
 from .support.base import Context, Outcome, Rule
 
 
 class ConfigSupport(Rule):
     code = "CONFIG"
-    kind = CHECK
-    title = "config model type unknown to the engine's transformers"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "serve the model on a card variant whose transformers knows its model_type (a newer engine)"
-    log_signatures = (
-        r"has model type `[^`]+` but Transformers does not recognize this architecture",
-        r"Unrecognized model in \S+\. Should have a `model_type` key",
-    )
 
     def check(self, ctx: Context) -> Outcome:
         known = ctx.profile.config_model_types
         if known is not None:
             known = known | ctx.registered_config_types  # R12's classes, registered before vLLM reads the config
         config = ctx.model.json_object("config.json")
-        if known is None or not config:
+        if known is None or not config or has_own_config_code(config):
             return Outcome()
-        auto_map = config.get("auto_map")
-        if isinstance(auto_map, dict) and "AutoConfig" in auto_map:
-            return Outcome()  # the model's own config code: REMOTE_CODE judges it
         unknown = []
-        model_type = config.get("model_type")
         own = ctx.profile.own_config_classes
-        if isinstance(model_type, str) and model_type not in known:
-            if own is None:
-                return Outcome(
-                    findings=[
-                        self.finding(
-                            "unverified",
-                            f"transformers {ctx.profile.transformers_version} (the engine's) does not know model_type "
-                            f"{model_type!r}, and this profile cannot say whether vLLM {ctx.profile.vllm_version} "
-                            "reads it with a config class of its own",
-                        )
-                    ]
-                )
-            if model_type not in own:
-                unknown.append(f"model_type {model_type!r}")
-        for key in NESTED_TEXT_CONFIGS:
-            nested = config.get(key)
-            inner = nested.get("model_type") if isinstance(nested, dict) else None
-            if isinstance(inner, str) and inner not in known:
-                unknown.append(f"{key}.model_type {inner!r}")
+        for where, model_type in model_types(config):
+            if model_type in known:
+                continue
+            # vLLM's own config classes are read for the top-level type only.
+            if where == "model_type":
+                if own is None:
+                    return Outcome(
+                        findings=[
+                            self.finding(
+                                "unverified",
+                                f"transformers {ctx.profile.transformers_version} (the engine's) does not know model_type "
+                                f"{model_type!r}, and this profile cannot say whether vLLM {ctx.profile.vllm_version} "
+                                "reads it with a config class of its own",
+                            )
+                        ]
+                    )
+                if model_type in own:
+                    continue
+            unknown.append(f"{where} {model_type!r}")
         if not unknown:
             return Outcome()
         return Outcome(

@@ -15,7 +15,6 @@ engine refuses it as it would have.
 
 from __future__ import annotations
 
-from ..code_kinds import CHECK
 from ..model.context_length import derived_length
 from ..model.json_numbers import positive_number
 from ..model.headsize import attention_config
@@ -26,13 +25,6 @@ TRUTHY = ("1", "true", "yes")
 
 class ContextLength(Rule):
     code = "CTX"
-    kind = CHECK
-    title = "--max-model-len longer than the engine derives for the model"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "give --max-model-len no longer than the length the finding names (or serve on an engine that keeps the model's windows)"
-    # The refusal, not the warning the same text makes under VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (then
-    # the engine goes on, and whatever stops it later is another class).
-    log_signatures = (r"User-specified max_model_len \(\d+\) is greater than the derived max_model_len .*To allow overriding this maximum",)
 
     def check(self, ctx: Context) -> Outcome:
         outcome = Outcome()

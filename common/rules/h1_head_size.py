@@ -61,11 +61,6 @@ def add_paged_attn_head_size(size: int) -> Callable[[str], str]:
 
 class HeadSize(Rule):
     code = "H1"
-    title = "attention head size outside the card's kernels"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "per card: a FLEX fallback (nothing to do), VLLM_USE_FLASH_ATTN_PA=0, or the paged-attention head-size list patched at start"
-    # vLLM's backends all raise "Head size N is not supported by <backend>." (0.5.5 to 0.11.0).
-    log_signatures = (r"Head size \d+ is not supported by \w+",)
 
     def check(self, ctx: Context) -> Outcome:
         outcome = Outcome()

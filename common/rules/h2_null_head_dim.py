@@ -19,10 +19,6 @@ from .support.base import Context, Outcome, Rule
 
 class NullHeadDim(Rule):
     code = "H2"
-    title = "head_dim read as None by the engine"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "write the explicit head size into config.json (a model view where the engine has no flag for it)"
-    log_signatures = (r"unsupported operand type\(s\) for \*: 'int' and 'NoneType'",)
 
     def check(self, ctx: Context) -> Outcome:
         outcome = Outcome()

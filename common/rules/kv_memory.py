@@ -22,7 +22,6 @@ the engine decides for itself; reading every header is not worth the start-up ti
 
 from __future__ import annotations
 
-from ..code_kinds import CHECK
 from ..plan import Finding
 from .support.base import Context, Outcome, Rule
 
@@ -35,17 +34,6 @@ if TYPE_CHECKING:
 
 class KvMemory(Rule):
     code = "KV"
-    kind = CHECK
-    title = "the model's weights or one request's KV cache do not fit the card's memory"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = (
-        "serve it with the tensor-parallel size the finding names (--tensor-parallel-size), or a --max-model-len no longer "
-        "than the one it names; a lower --max-num-seqs, fp8 --kv-cache-dtype or a higher --gpu-memory-utilization also help"
-    )
-    log_signatures = (
-        r"is larger than the maximum number of tokens that can be stored in KV cache",
-        r"KV cache is needed, which is larger than the available KV cache memory",
-    )
 
     def check(self, ctx: Context) -> Outcome:
         outcome = Outcome()

@@ -8,17 +8,11 @@ repair changes how weights are stored: the finding says which engine is needed.
 
 from __future__ import annotations
 
-from ..code_kinds import CHECK
 from .support.base import Context, Outcome, Rule
 
 
 class Quantization(Rule):
     code = "QUANT"
-    kind = CHECK
-    title = "quantization method unknown to the engine"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "submit weights in a format this card's vLLM loads (unquantized, or a method it lists), or use a newer engine"
-    log_signatures = (r"Unknown quantization method: \S+",)
 
     def check(self, ctx: Context) -> Outcome:
         quant = ctx.model.json_object("config.json").get("quantization_config")

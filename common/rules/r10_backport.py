@@ -109,9 +109,6 @@ def replaced_for(replaces: dict, text: dict, max_model_len: Optional[int]) -> Li
 
 class Backport(Rule):
     code = "R10"
-    title = "architecture backported to the engine"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "the image's vLLM plugin registers its backport of the class (engines whose layer API it fits); elsewhere a newer engine"
     # vLLM's refusal of a class the image has a backport of (R4 claims the same line for any
     # other class; R10 comes first in the registry, so triage names the repair that applies).
     log_signatures = (

@@ -33,10 +33,6 @@ def vendor_layer_runs_experts(architectures: list) -> bool:
 
 class CpuMoE(Rule):
     code = "R11"
-    title = "fused MoE without a CPU path on a CPU build"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "the image's vLLM plugin gives the fused MoE layer a CPU path (grouped experts); on the card the vendor's kernel runs it"
-    log_signatures = (r"The CPU backend currently does not support MoE",)
 
     def check(self, ctx: Context) -> Outcome:
         outcome = Outcome()

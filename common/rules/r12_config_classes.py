@@ -15,43 +15,25 @@ architecture (R4, R10).
 
 from __future__ import annotations
 
-from ..model.headsize import NESTED_TEXT_CONFIGS
+from ..model.config_types import has_own_config_code, model_types
 from .support.base import Context, Outcome, Rule
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
-    from typing import List
-
-
-def config_types(config: dict) -> List[str]:
-    """config.json's model type and its nested text configs' types, in that order."""
-    found = [config.get("model_type")]
-    found += [nested.get("model_type") for nested in (config.get(k) for k in NESTED_TEXT_CONFIGS) if isinstance(nested, dict)]
-    return [t for t in found if isinstance(t, str)]
+    pass
 
 
 class ConfigClasses(Rule):
     code = "R12"
-    title = "config class the engine's transformers lacks, registered from the image"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "the image registers its config class for the model type with the engine's AutoConfig (COMPAT_CONFIGS); elsewhere a newer engine"
-
-    # The engine's refusal of an unknown type stays CONFIG's in triage: reading the config is not
-    # starting the model, and none of these architectures is served by the engines here without a
-    # backport (R4), so "a newer engine" is the fix a failure log should name.
-    log_signatures = ()
 
     def check(self, ctx: Context) -> Outcome:
         profile = ctx.profile
         known = profile.config_model_types
         config = ctx.model.json_object("config.json")
-        if known is None or not config:
+        if known is None or not config or has_own_config_code(config):
             return Outcome()
-        auto_map = config.get("auto_map")
-        if isinstance(auto_map, dict) and "AutoConfig" in auto_map:
-            return Outcome()  # the model's own config code: REMOTE_CODE judges it
         own = profile.own_config_classes or ()
-        unknown = [t for t in config_types(config) if t not in known and t not in own]
+        unknown = [t for _, t in model_types(config) if t not in known and t not in own]
         if not unknown:
             return Outcome()  # every model the engine reads returns here, having imported nothing
         from ..vllm_plugin.compat_configs import CLASSES, ENV

@@ -107,9 +107,6 @@ def missing(config: Dict[str, Any], entry: Dict[str, Any]) -> Tuple[Dict[str, An
 
 class ConfigNames(Rule):
     code = "R13"
-    title = "a config name the engine's model code reads and the config does not carry"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "state the name with the value the config carries under another (--hf-overrides, or a rewritten config.json)"
 
     @property
     def log_signatures(self) -> Tuple[str, ...]:  # type: ignore[override]

@@ -69,14 +69,6 @@ def render_check(template: str, special: Dict[str, str]) -> Tuple[bool, str]:
 
 class ChatTemplate(Rule):
     code = "R2"
-    title = "no chat template"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "pass --chat-template with a ChatML or plain role template written to the work dir"
-    log_signatures = (
-        r"default chat template is no longer allowed",
-        r"does not define one and no template argument was given",
-        r"Cannot use chat template functions because tokenizer\.chat_template is not set",
-    )
 
     def check(self, ctx: Context) -> Outcome:
         outcome = Outcome()

@@ -15,10 +15,6 @@ from .support.tokenizer_guard import tokenizer_hands_off
 
 class ExtraSpecialTokensList(Rule):
     code = "R3"
-    title = "extra_special_tokens is a list (transformers 5 format)"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "overlay tokenizer_config.json with the list moved to additional_special_tokens, passed with --tokenizer"
-    log_signatures = (r"AttributeError: 'list' object has no attribute 'keys'",)
 
     def check(self, ctx: Context) -> Outcome:
         config = tokenizer_config(ctx.model)

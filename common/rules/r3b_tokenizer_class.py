@@ -29,10 +29,6 @@ FALLBACK_CLASS: Dict[str, str] = {
 
 class UnknownTokenizerClass(Rule):
     code = "R3b"
-    title = "tokenizer_class unknown to the engine's transformers"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "overlay tokenizer_config.json naming a class the engine has, passed with --tokenizer, kept only when verified"
-    log_signatures = (r"Tokenizer class \S+ does not exist or is not currently imported",)
 
     def check(self, ctx: Context) -> Outcome:
         kind = ctx.facts.get("tokenizer_kind")

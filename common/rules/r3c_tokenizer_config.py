@@ -35,12 +35,6 @@ ID_SOURCES = ("config.json", "generation_config.json")
 
 class MissingTokenizerConfig(Rule):
     code = "R3c"
-    title = "tokenizer.json without tokenizer_config.json"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "overlay a tokenizer_config.json (PreTrainedTokenizerFast, the model's special tokens), passed with --tokenizer, kept only when verified"
-    # A mapped model_type fails silently (vLLM 0.11.0 serves the invented BOS id, a padding row
-    # of its embedding, and answers 200 with wrong text); an unmapped one stops the start.
-    log_signatures = (r"Unrecognized configuration class \S+ to build an AutoTokenizer",)
 
     def check(self, ctx: Context) -> Outcome:
         if ctx.facts.get("tokenizer_kind") != "fast" or ctx.model.state("tokenizer_config.json").exists:

@@ -35,14 +35,6 @@ if TYPE_CHECKING:
 
 class Architectures(Rule):
     code = "R4"
-    title = "architecture not registered in the engine"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "serve as the model_type's canonical class (--hf-overrides or a model view); else a newer engine"
-    log_signatures = (
-        r"Model architectures \[[^\]]*\] are not supported for now",
-        r"\S+ is not a registered model in the Transformers library",
-        r"The Transformers implementation of \S+ is not compatible with vLLM",
-    )
 
     def check(self, ctx: Context) -> Outcome:
         outcome = Outcome()

@@ -65,16 +65,6 @@ def legacy_files(nested: Dict[str, Any], present: List[str], problems: List[str]
 
 class ProcessorFiles(Rule):
     code = "R6"
-    title = "processor files in transformers 5 form"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = (
-        "serve a model view with the legacy preprocessor_config.json and the repaired tokenizer files where the engine loads the processor"
-    )
-    log_signatures = (
-        r"does not appear to have a file named preprocessor_config\.json",
-        r"Failed to load the processor\. If the processor is a custom processor",
-        r"Unrecognized image processor in",
-    )
 
     def check(self, ctx: Context) -> Outcome:
         outcome = Outcome()

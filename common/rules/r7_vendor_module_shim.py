@@ -45,15 +45,6 @@ def engine_imports(model_file: str, dotted: str) -> bool:
 
 class VendorModuleShim(Rule):
     code = "R7"
-    title = "vendor module missing from the image"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "prepend the pure-PyTorch shim directory to PYTHONPATH, only when the real module is absent"
-    log_signatures = (
-        r"No module named '?ixformer\.contrib\.vllm\.layers'?",
-        # With less of ixformer there, Python names the first missing package; the traceback's
-        # source line still shows this import.
-        r"from ixformer\.contrib\.vllm\.layers import mixtral_decoder_layer_forward",
-    )
 
     def check(self, ctx: Context) -> Outcome:
         architectures = ctx.facts.get("architectures") or []

@@ -95,16 +95,6 @@ def bad_shapes(shapes: Dict[str, Optional[List[int]]], fused: List[str], experts
 
 class FusedExperts(Rule):
     code = "R8"
-    title = "MoE experts stored fused (transformers 5 layout)"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = (
-        "the image's vLLM plugin splits the fused experts at load (engines with general plugins); "
-        "elsewhere re-save the model with transformers 5's save_pretrained(..., save_original_format=True)"
-    )
-    log_signatures = (
-        r"KeyError: '[\w.]*\.experts\.(?:gate_up_proj|down_proj)'",
-        r"no module or parameter named '[\w.]*\.mlp' in MixtralModel",
-    )
 
     def check(self, ctx: Context) -> Outcome:
         outcome = Outcome()

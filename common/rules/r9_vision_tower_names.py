@@ -42,18 +42,6 @@ def scheme_for(config: Dict[str, Any]) -> Optional[str]:
 
 class VisionTowerNames(Rule):
     code = "R9"
-    title = "vision tower weights without their vision_model level (transformers 5 layout)"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = (
-        "the image's vLLM plugin renames them to the published layout at load (engines with general plugins); "
-        "elsewhere re-save the weights with `vision_tower.` names under `vision_tower.vision_model.`"
-    )
-    log_signatures = (
-        # vLLM 0.11.0 and 0.5.5 (seen): the first tower tensor a CLIP or SigLIP tower looks up.
-        r"KeyError: 'embeddings\.(?:class_embedding|patch_embedding\.(?:weight|bias)|position_embedding\.weight)'",
-        # vLLM 0.32 (its AutoWeightsLoader, read from its source).
-        r"no module or parameter named 'vision_tower\.(?:embeddings|encoder|pre_layrnorm|post_layernorm|head)' in",
-    )
 
     def check(self, ctx: Context) -> Outcome:
         outcome = Outcome()

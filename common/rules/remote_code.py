@@ -14,7 +14,6 @@ says so before the platform tries. With the flag given, the model is judged as u
 
 from __future__ import annotations
 
-from ..code_kinds import CHECK
 from ..model.tokenizer_files import tokenizer_config
 from .support.base import Context, Outcome, Rule
 
@@ -25,12 +24,6 @@ if TYPE_CHECKING:
 
 class RemoteCode(Rule):
     code = "REMOTE_CODE"
-    kind = CHECK
-    title = "the model needs its own Python code"
-    doc = __doc__.split("\n\n", 1)[1].strip()
-    fix = "pass --trust-remote-code if the platform allows it; no repair can stand in for the model's code"
-    # Healthy logs print `trust_remote_code=True` in the engine config: only the refusal counts.
-    log_signatures = (r"Please pass the argument `trust_remote_code=True`", r"contains custom code which must be executed")
 
     def check(self, ctx: Context) -> Outcome:
         if ctx.user.has("--trust-remote-code"):

@@ -95,7 +95,7 @@ class Carried:
         self.changed = changed_names(edits, original or {})
         self.files = dict(files or {})
         self.written: List[str] = []  # the names of the view that are new files, not links
-        # The processor check of the view (checks/engine_checks.py), when it holds processor or
+        # The processor check of the view (engine_checks/process.py), when it holds processor or
         # tokenizer files the processor reads.
         self.processor: Optional[Dict[str, Any]] = None
 

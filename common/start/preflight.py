@@ -334,7 +334,9 @@ def _skipped_codes(env: Mapping[str, str]) -> set:
     skipped = {_normalize(code) for code in env.get("COMPAT_SKIP", "").split(",") if code.strip()}
     if not skipped:
         return skipped
-    unknown = skipped - {_normalize(rule.code) for rule in REGISTRY} - {"MB"}  # MB: doctor's model build (common/doctor/model_build.py)
+    unknown = (
+        skipped - {_normalize(rule.code) for rule in REGISTRY} - {"MB"}
+    )  # MB: doctor's model build (common/doctor/model_build_finding.py)
     if unknown:
         say(f"COMPAT_SKIP names {', '.join(sorted(unknown))}, which no runtime rule has; ignored")
     return skipped

@@ -1,10 +1,10 @@
 """Ask the engine's own Python what its transformers makes of a repair, with a time limit.
 
-`run_checks` sends every request of a start to one child process (checks/engine_checks.py,
+`run_checks` sends every request of a start to one child process (engine_checks/process.py,
 whose docstring lists the request kinds and answer fields). The child never imports torch:
 reading a tokenizer or a config does not need it, and importing it cost a repaired start ~3 s
 and ~700 MB. A clean model never gets here. The one exception is doctor's (never launch's)
-model build (common/doctor/model_build.py): a batch of `model_build` requests runs the engine's own
+model build (common/doctor/model_build_finding.py): a batch of `model_build` requests runs the engine's own
 vLLM and torch, in a process of its own that keeps torch on.
 """
 
@@ -15,14 +15,14 @@ import json
 import os
 import sys
 
-from ..checks import engine_checks
+from ..engine_checks import process as engine_process
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 # The script the engine's Python runs (imported here for its file: importing it runs nothing).
-SCRIPT = engine_checks.__file__
+SCRIPT = engine_process.__file__
 DEFAULT_TIMEOUT_S = 60.0
 # transformers 4.x reads these when imported and then loads tokenizers and configs without
 # torch, TensorFlow or Flax. The child's alone: the engine vLLM starts keeps its torch.
@@ -146,7 +146,7 @@ def _run(argv: List[str], stdin_text: Optional[str], env: Mapping[str, str], tim
 
 
 class Warm:
-    """An engine-checks process started before its requests exist (engine_checks.py --warm): it
+    """An engine-checks process started before its requests exist (engine_checks/process.py --warm): it
     imports vLLM and torch while the caller still plans, and answers the engine requests handed
     to it later (run_checks_of_many's `warm`). doctor over a folder starts one for its model
     build, whose time is mostly that import. `close` ends one never handed its requests."""

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import pytest
 
-from common.image_checks.selftest import tree_digest  # noqa: F401 - one digest for the image's self-test and the tests
+from common.build_checks.selftest import tree_digest  # noqa: F401 - one digest for the image's self-test and the tests
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -163,7 +163,7 @@ if any(r.get("kind") == "model_build" for r in requests):
         else:
             answer = {{"ok": True, "reason": "vLLM 0.11.0 builds LlamaForCausalLM on the meta device"}}
         print(json.dumps(dict(answer, index=i, kind="model_build")), flush=True)
-else:  # every other check: the real engine_checks.py with this Python's transformers
+else:  # every other check: the real engine_checks/process.py with this Python's transformers
     sys.argv = sys.argv[1:]
     sys.stdin = io.StringIO(data)
     runpy.run_path(sys.argv[0], run_name="__main__")

@@ -165,7 +165,7 @@ def test_a_folder_is_told_from_a_model(tmp_path, models):
 
 
 def test_the_model_builds_process_starts_before_its_requests_and_answers_them(tmp_path, env_for_tests):
-    """doctor starts the model build's engine process first (verify.Warm: engine_checks.py --warm
+    """doctor starts the model build's engine process first (verify.Warm: engine_checks/process.py --warm
     imports vLLM and torch while the rules and the checks run) and hands it its requests later:
     one process, and the answers are those of a process started with them."""
     from common.start.verify import Warm, run_checks_of_many

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from common.doctor import model_build
+from common.doctor import model_build_finding as model_build
 from common.plan import Plan
 from common.triage import triage_file
 from common.start.verify import run_checks
@@ -262,7 +262,7 @@ FAKE_VLLM = {
 
 @pytest.fixture
 def judge(tmp_path, monkeypatch):
-    """checks/model_build.py's judgement of an exception raised in a fake vLLM package."""
+    """engine_checks/model_build.py's judgement of an exception raised in a fake vLLM package."""
     root = tmp_path / "fake"
     for name, text in dict(FAKE_VLLM, **{"../torch_like.py": "def empty():\n    raise RuntimeError('negative dimension -1')\n"}).items():
         path = root / "vllm" / name
@@ -271,7 +271,7 @@ def judge(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(root))
     for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.") or m == "torch_like"]:
         monkeypatch.delitem(sys.modules, name)
-    spec = importlib.util.spec_from_file_location("_mb_engine_side", ROOT / "common" / "checks" / "model_build.py")
+    spec = importlib.util.spec_from_file_location("_mb_engine_side", ROOT / "common" / "engine_checks" / "model_build.py")
     side = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(side)
 

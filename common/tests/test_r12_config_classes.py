@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from common.rules.r12_config_classes import config_types
+from common.model.config_types import model_types
 from common.vllm_plugin import compat_configs
 
 from common.tests.helpers import ROOT, model_dir, preflight_json, run_common
@@ -134,7 +134,7 @@ def read_by_bi100(saved_by_5):
     repaired one registers every config's types, which the classes of one type never read."""
     names = sorted(saved_by_5)
     paths = [saved_by_5[name][0] for name in names]
-    types = sorted({t for p in paths for t in config_types(json.loads((p / "config.json").read_text())) if t in compat_configs.CLASSES})
+    types = sorted({t for p in paths for _, t in model_types(json.loads((p / "config.json").read_text())) if t in compat_configs.CLASSES})
     bare = _read(ENGINE055_PYTHON, paths, ("hidden_size",), {k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     repaired = _read(ENGINE055_PYTHON, paths, FIELDS, dict(os.environ, PYTHONPATH=str(PLUGIN_DIR), COMPAT_CONFIGS=",".join(types)))
     return dict(zip(names, zip(bare, repaired, strict=True), strict=True))
@@ -145,8 +145,8 @@ def read_by_bi100(saved_by_5):
 def test_a_config_saved_by_transformers_5_reads_the_same_in_the_bi100_engine(saved_by_5, read_by_bi100, name):
     path, want = saved_by_5[name]
     config = json.loads((path / "config.json").read_text())
-    types = [t for t in config_types(config) if t in compat_configs.CLASSES]
-    assert types, f"{name}: no class here for {config_types(config)}"
+    types = [t for _, t in model_types(config) if t in compat_configs.CLASSES]
+    assert types, f"{name}: no class here for {model_types(config)}"
     refused, got = read_by_bi100[name]
     # Without the repair's environment, 4.55 refuses the type (what R12 is for).
     assert "error" in refused and any(t in refused["error"] for t in types), refused

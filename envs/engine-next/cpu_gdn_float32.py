@@ -24,10 +24,13 @@ tests/unit/test_cpu_gdn_float32.py applies it to the 0.32.0 sdist's own file)
 """
 
 import hashlib
-import importlib.util
 import sys
 from pathlib import Path
 from typing import List
+
+# envs/: the applier every harness patch shares (source_edits.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from source_edits import apply_edits, replace_file, run  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 GATED_DELTA = HERE.parents[1] / "common" / "vllm_plugin" / "compat_backports" / "layers" / "gated_delta.py"
@@ -58,33 +61,12 @@ def apply(root: Path) -> List[str]:
     found = sha256_of(GATED_DELTA)
     if found != GATED_DELTA_SHA256:
         raise ValueError(f"{GATED_DELTA} is not the one pinned here (sha256 {found}): pin it in {Path(__file__).name} (GATED_DELTA_SHA256)")
-    target = root / TARGET
-    text = target.read_text()
-    done = []
-    if text.count(NEW) == 1 and OLD not in text.replace(NEW, ""):
-        done.append(f"{TARGET} already edited")
-    elif text.count(OLD) != 1:
-        raise ValueError(f"anchor not found exactly once in {target}; this is not the vLLM 0.32.0 the edit was written for:\n{OLD}")
-    else:
-        target.write_text(text.replace(OLD, NEW))
-        done.append(f"{TARGET} edited")
+    done = apply_edits(root, [(TARGET, OLD, NEW)], "0.32.0")
     for rel, source in MODULES.items():
-        (root / rel).write_bytes(source.read_bytes())
+        replace_file(root / rel, source.read_text())
         done.append(f"{rel} written")
     return done
 
 
-def main() -> int:
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("cpu gdn float32: no vllm in this Python")
-    try:
-        for line in apply(Path(list(spec.submodule_search_locations)[0])):
-            print(f"cpu gdn float32: {line}")
-    except ValueError as exc:
-        sys.exit(f"cpu gdn float32: {exc}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run("cpu gdn float32", apply))

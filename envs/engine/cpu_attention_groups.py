@@ -23,9 +23,12 @@ it; tests/unit/test_cpu_attention_groups.py applies it to the 0.11.0 sdist's own
 Gemma 4 conformance cells on 0.11.0 are the models it serves)
 """
 
-import importlib.util
 import sys
 from pathlib import Path
+
+# envs/: the applier every harness patch shares (source_edits.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from source_edits import apply_edits, run  # noqa: E402
 
 MARK = "# enginex-compat: CPU attention groups"
 FILE = "v1/worker/cpu_model_runner.py"
@@ -43,28 +46,10 @@ NEW = (
 
 
 def apply(root: Path) -> str:
-    """Edit the vLLM package at `root`; what was done. Raises ValueError, before the file is
-    written, when the anchor is not found exactly once (another vLLM than 0.11.0)."""
-    path = root / FILE
-    text = path.read_text()
-    if text.count(NEW) == 1 and OLD not in text.replace(NEW, ""):
-        return f"{FILE} already edited"
-    if text.count(OLD) != 1:
-        raise ValueError(f"anchor not found exactly once in {path}; this is not the vLLM 0.11.0 the edit was written for:\n{OLD}")
-    path.write_text(text.replace(OLD, NEW))
-    return f"{FILE} edited"
-
-
-def main() -> int:
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("cpu attention groups: no vllm in this Python")
-    try:
-        print(f"cpu attention groups: {apply(Path(list(spec.submodule_search_locations)[0]))}")
-    except ValueError as exc:
-        sys.exit(f"cpu attention groups: {exc}")
-    return 0
+    """Edit the vLLM package at `root`; what was done (source_edits.apply_edits)."""
+    [done] = apply_edits(root, [(FILE, OLD, NEW)], "0.11.0")
+    return done
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run("cpu attention groups", apply))

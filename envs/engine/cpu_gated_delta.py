@@ -52,9 +52,6 @@ tests/unit/test_cpu_gated_delta.py applies it to the 0.11.0 sdist's own files)
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -121,43 +118,21 @@ def apply(root: Path, site: Optional[Path] = None) -> List[str]:
     package's parent) as MODULE; what was done, per edit. Raises ValueError, before any file is
     written, when an anchor is not found exactly once (another vLLM than 0.11.0). Each file is
     replaced, never written in place (a venv copied with hard links keeps its original intact)."""
-    texts: Dict[str, str] = {}
-    done = []
-    for rel, old, new in EDITS:
-        text = texts.setdefault(rel, (root / rel).read_text())
-        if text.count(new) == 1 and old not in text.replace(new, ""):
-            done.append(f"{rel} already edited")
-            continue
-        if text.count(old) != 1:
-            raise ValueError(f"anchor not found exactly once in {root / rel}; this is not the vLLM 0.11.0 the edit was written for:\n{old}")
-        texts[rel] = text.replace(old, new)
-        done.append(f"{rel} edited")
-    for rel, text in texts.items():
-        _replace(root / rel, text)
+    source_edits = _installer()
+    done = source_edits.apply_edits(root, EDITS, "0.11.0")
     target = (site or root.parent) / f"{MODULE}.py"
-    _replace(target, Path(__file__).read_text())
+    source_edits.replace_file(target, Path(__file__).read_text())
     done.append(f"{target.name} written")
     return done
 
 
-def _replace(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".enginex-tmp")
-    tmp.write_text(text)
-    if path.exists():
-        shutil.copymode(path, tmp)
-    os.replace(tmp, path)
+def _installer():
+    """envs/source_edits.py: importable where this file is the installer, not where it is the
+    engine's module (MODULE, in the venv's site-packages)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import source_edits
 
-
-def main() -> int:
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("cpu gated delta: no vllm in this Python")
-    try:
-        for line in apply(Path(list(spec.submodule_search_locations)[0])):
-            print(f"cpu gated delta: {line}")
-    except ValueError as exc:
-        sys.exit(f"cpu gated delta: {exc}")
-    return 0
+    return source_edits
 
 
 # ---- The stand-ins (imported by the patched engine as MODULE; torch only there) ----------------
@@ -354,4 +329,4 @@ if __name__ == MODULE:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_installer().run("cpu gated delta", apply))

@@ -42,10 +42,13 @@ tests/unit/test_cpu_windows.py applies it to the 0.11.0 sdist's own files, and
 tests/e2e/vllm011/test_cpu_windows_vllm011.py holds the patched attention to the reference)
 """
 
-import importlib.util
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import List
+
+# envs/: the applier every harness patch shares (source_edits.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from source_edits import apply_edits, run  # noqa: E402
 
 MARK = "# enginex-compat: CPU windows"
 
@@ -174,35 +177,9 @@ EDITS = [
 
 
 def apply(root: Path) -> List[str]:
-    """Edit the vLLM package at `root`; what was done, per edit. Raises ValueError, before any
-    file is written, when an anchor is not found exactly once (another vLLM than 0.11.0)."""
-    texts: Dict[str, str] = {}
-    done = []
-    for rel, old, new in EDITS:
-        text = texts.setdefault(rel, (root / rel).read_text())
-        if text.count(new) == 1 and old not in text.replace(new, ""):
-            done.append(f"{rel} already edited")
-            continue
-        if text.count(old) != 1:
-            raise ValueError(f"anchor not found exactly once in {root / rel}; this is not the vLLM 0.11.0 the edit was written for:\n{old}")
-        texts[rel] = text.replace(old, new)
-        done.append(f"{rel} edited")
-    for rel, text in texts.items():
-        (root / rel).write_text(text)
-    return done
-
-
-def main() -> int:
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("cpu windows: no vllm in this Python")
-    try:
-        for line in apply(Path(list(spec.submodule_search_locations)[0])):
-            print(f"cpu windows: {line}")
-    except ValueError as exc:
-        sys.exit(f"cpu windows: {exc}")
-    return 0
+    """Edit the vLLM package at `root`; what was done, per edit (source_edits.apply_edits)."""
+    return apply_edits(root, EDITS, "0.11.0")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run("cpu windows", apply))

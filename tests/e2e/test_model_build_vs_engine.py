@@ -40,7 +40,7 @@ from typing import Dict
 
 import pytest
 
-from common.image_checks.selftest import tree_digest
+from common.build_checks.selftest import tree_digest
 from common.tests.helpers import run_common
 from harness.engine import ENGINE_055, ENGINE_0110, ENGINE_NEXT, ROOT
 from harness.fixtures.committed import COMMITTED

@@ -10,7 +10,7 @@ from typing import Dict, List, Set, Tuple
 import pytest
 
 from common.engine.profile import load_profile
-from common.image_checks.selftest import clean_model as selftest_clean_model
+from common.build_checks.selftest import clean_model as selftest_clean_model
 from compat_build import manifest
 
 MATRIX = manifest.load()

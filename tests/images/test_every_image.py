@@ -133,7 +133,7 @@ def test_every_build_step_ran_in_the_image(images, docker_client, card):
     (a failing step would have failed the build)."""
     entry = manifest.load().cards[card]
     history = " ".join(layer.get("CreatedBy", "") for layer in docker_client.images.get(images[card]["tag"]).history())
-    assert "compat_build.image_steps.bake_profile" in history and "common.image_checks.vllm_plugin_check" in history
+    assert "compat_build.image_steps.bake_profile" in history and "common.build_checks.vllm_plugin_check" in history
     library = [code for code in entry.build_patches if code != "L3"]
     if library:
         assert f"compat_build.image_steps.apply_patches {' '.join(library)}" in history

@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from common.image_checks.selftest import SHELL_VARS
+from common.build_checks.selftest import SHELL_VARS
 from common.triage import triage_file
 from compat_build import manifest
 from harness.cores import cpu_set

@@ -59,7 +59,7 @@ def test_a_cells_path_is_its_launcher_repairs_plugin_and_its_own_backport():
         "common/rules/c1_conformance.py",  # checks only find; the launcher execs whatever they say
         "common/rules/kv_memory.py",
         "common/doctor/doctor.py",
-        "common/doctor/model_build.py",
+        "common/doctor/model_build_finding.py",
         "cards/nv-a100/card.toml",
     }
     assert not off_path & files, off_path & files

@@ -76,7 +76,7 @@ def package_graph() -> Dict[str, Set[str]]:
 
 def test_the_package_graph_is_read_from_real_imports():
     edges = package_graph()
-    assert set(LAYERS) | {"cli", "plan", "codes", "vllm_plugin", "checks", "image_checks"} <= set(edges)
+    assert set(LAYERS) | {"cli", "plan", "codes", "vllm_plugin", "engine_checks", "build_checks"} <= set(edges)
     assert "rules" in edges["start"] and "model" in edges["rules"] and "start" in edges["doctor"]
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 
 from ...code_kinds import RUNTIME
 from ...model.modeldir import ModelDir
 from ...plan import Finding, Repair
 from ...engine.profile import Profile
 from ...engine.vllm_args import UserArgs
+from .pages import PAGES
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
 if TYPE_CHECKING:
@@ -47,18 +49,27 @@ class Outcome:
 class Rule:
     """A rule: a stable code, the mismatch it detects, its repair, and the failure it prevents.
 
-    `log_signatures` are regular expressions matched against engine failure logs (triage);
-    `doc` is the one-paragraph "why" a user reads when a log line points at this code.
+    A subclass names its code; its page (kind, title, fix, `log_signatures`: regular
+    expressions matched against engine failure logs by triage) is read from the rules' table
+    (support/pages.py), and `doc`, the "why" a user reads when a log line points at this code, is its
+    module's docstring after the first paragraph.
     """
 
     code: str = ""
-    # RUNTIME (R*, H*: it may add arguments), or CHECK (it only finds what no repair fixes, so
-    # doctor can say "fails" before the platform tries): the kinds of the code registry.
     kind: str = RUNTIME
     title: str = ""
     doc: str = ""
     fix: str = ""
     log_signatures: Tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        page = PAGES[cls.code]  # a rule without a page is a KeyError at import: its test names it
+        cls.kind, cls.title, cls.fix = page.kind, page.title, page.fix
+        if "log_signatures" not in cls.__dict__:  # R10 and R13 compute theirs from their tables
+            cls.log_signatures = page.signatures
+        docstring = sys.modules[cls.__module__].__doc__ or ""
+        cls.doc = docstring.split("\n\n", 1)[-1].strip()
 
     def check(self, ctx: Context) -> Outcome:  # pragma: no cover - interface
         raise NotImplementedError

@@ -43,7 +43,7 @@ from vllm.model_executor.models.utils import make_layers
 from vllm.model_executor.utils import set_weight_attrs
 
 from .layers import gated_delta
-from .layers.decoder import DecoderAttention, DecoderForCausalLM, GatedMLP, fused_norm, layer_index
+from .layers.decoder import DecoderAttention, DecoderForCausalLM, DecoderLayer, layer_index
 from .layers.hybrid import FULL, LINEAR, NO_PIPELINE, check_activation, layer_types, linear_heads, without_mtp
 from .layers.sequence_state import SequenceSlots
 from .layers.text_of_vlm import ServedAsText, tied_by_wrapper
@@ -237,34 +237,32 @@ class GatedDeltaNet(nn.Module):
         return q, k, g, beta, v.reshape(tokens, self.value_heads, self.value_dim)
 
 
-class Qwen3_5DecoderLayer(nn.Module):
-    def __init__(self, config, index: int, state_index: Optional[int], cache_config, quant_config, mlp: Optional[nn.Module] = None) -> None:
-        super().__init__()
-        if state_index is None:
-            self.self_attn = Qwen3_5Attention(config, cache_config, quant_config)
-        else:
-            self.linear_attn = GatedDeltaNet(config, state_index, quant_config)
-        # The MoE variant passes its expert block; the dense model has one MLP per layer.
-        self.mlp = mlp if mlp is not None else GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act, quant_config)
-        self.input_layernorm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+class Qwen3_5DecoderLayer(DecoderLayer):
+    """The engine's pre-norm layer with Gemma's norms, whose every 4th layer (by default) mixes by
+    attention and the others by Gated DeltaNet (`linear_attn`, the checkpoint's name)."""
 
-    def forward(
+    norm_cls = GemmaRMSNorm
+
+    def __init__(self, config, index: int, state_index: Optional[int], cache_config, quant_config, mlp: Optional[nn.Module] = None) -> None:
+        linear = state_index is not None
+        attention = GatedDeltaNet(config, state_index, quant_config) if linear else Qwen3_5Attention(config, cache_config, quant_config)
+        # The MoE variant passes its expert block; the dense model has one MLP per layer.
+        super().__init__(config, cache_config, quant_config, mlp=mlp, attention=attention)
+        if linear:
+            self.linear_attn = self.self_attn
+            del self.self_attn
+
+    def mix(
         self,
         positions: torch.Tensor,
         hidden_states: torch.Tensor,
         kv_cache: Optional[torch.Tensor],
         attn_metadata: AttentionMetadata,
-        residual: Optional[torch.Tensor],
         step: Step,
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
-        hidden_states, residual = fused_norm(self.input_layernorm, hidden_states, residual)
+    ) -> torch.Tensor:
         if hasattr(self, "linear_attn"):
-            hidden_states = self.linear_attn(hidden_states, step)
-        else:
-            hidden_states = self.self_attn(positions, hidden_states, kv_cache, attn_metadata)
-        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
-        return self.mlp(hidden_states), residual
+            return self.linear_attn(hidden_states, step)
+        return self.self_attn(positions, hidden_states, kv_cache, attn_metadata)
 
 
 class Qwen3_5Model(nn.Module):

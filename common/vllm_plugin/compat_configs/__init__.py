@@ -9,7 +9,7 @@ from the facts of transformers 5's own class (attribute names, defaults, sub-con
 COMPAT_CONFIGS=<model_type,...> (set by R12's repair): the plugin directory's sitecustomize
 registers each named class with AutoConfig at interpreter start, before the engine reads
 config.json (vLLM 0.5.5 loads its plugins too late for that); doctor's engine check
-(checks/engine_checks.py) registers them the same way before it asks AutoConfig. This module is
+(engine_checks/process.py) registers them the same way before it asks AutoConfig. This module is
 standard library only (the preflight reads CLASSES on every start); a family's module imports
 transformers, so it is imported only where a class is registered.
 """

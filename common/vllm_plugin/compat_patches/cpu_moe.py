@@ -36,8 +36,13 @@ def grouped_core() -> Any:
     importable, which the engine reads as the vendor's library being there)."""
     if RUNTIME_ROOT not in sys.path:
         sys.path.append(RUNTIME_ROOT)
-    from common.shims import compat_grouped_experts
-
+    try:
+        from common.shims import compat_grouped_experts
+    except ImportError as exc:  # a top-level `common` of the engine's image found first
+        found = getattr(sys.modules.get("common"), "__file__", None)
+        raise ImportError(
+            f"the compat runtime's package is {RUNTIME_ROOT}/common, but this Python imports `common` from {found}: {exc}"
+        ) from exc
     return compat_grouped_experts
 
 

@@ -12,7 +12,9 @@ __all__ = ["gelu_tanh_and_mul"]
 def gelu_tanh_and_mul(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     d = x.shape[-1] // 2
     if x.shape[-1] != 2 * d or out.shape != x.shape[:-1] + (d,):
-        raise ValueError(f"gelu_tanh_and_mul: input {tuple(x.shape)} needs an even last dimension and out "
-                         f"{tuple(x.shape[:-1]) + (d,)}, got out {tuple(out.shape)}")
+        raise ValueError(
+            f"gelu_tanh_and_mul: input {tuple(x.shape)} needs an even last dimension and out "
+            f"{tuple(x.shape[:-1]) + (d,)}, got out {tuple(out.shape)}"
+        )
     torch.mul(F.gelu(x[..., :d], approximate="tanh"), x[..., d:], out=out)
     return out

@@ -15,7 +15,7 @@ V1 engine's backports). Imported only inside the
 engine, by the family modules the compat plugin loads.
 """
 
-from typing import Iterable, List, Optional, Tuple
+from typing import Any, Iterable, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -174,7 +174,11 @@ def fused_norm(norm: nn.Module, hidden_states: torch.Tensor, residual: Optional[
 
 
 class DecoderLayer(nn.Module):
-    """A pre-norm layer: attention, then the MLP, each after its norm with the residual add fused in."""
+    """A pre-norm layer: attention, then the MLP, each after its norm with the residual add fused in.
+    A family changes its norms' class (`norm_cls`) and what mixes the tokens (`mix`: a hybrid
+    model's linear-attention layers)."""
+
+    norm_cls = RMSNorm
 
     def __init__(
         self,
@@ -188,21 +192,33 @@ class DecoderLayer(nn.Module):
         self.self_attn = attention if attention is not None else DecoderAttention(config, cache_config, quant_config)
         # An MoE family passes its sparse block; a dense model has one MLP per layer.
         self.mlp = mlp if mlp is not None else GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act, quant_config)
-        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.input_layernorm = self.norm_cls(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = self.norm_cls(config.hidden_size, eps=config.rms_norm_eps)
 
     def forward(
         self,
         positions: torch.Tensor,
         hidden_states: torch.Tensor,
-        kv_cache: torch.Tensor,
+        kv_cache: Optional[torch.Tensor],
         attn_metadata: AttentionMetadata,
         residual: Optional[torch.Tensor],
+        *mix_args: Any,
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         hidden_states, residual = fused_norm(self.input_layernorm, hidden_states, residual)
-        hidden_states = self.branch_out(self.self_attn(positions, hidden_states, kv_cache, attn_metadata))
+        hidden_states = self.branch_out(self.mix(positions, hidden_states, kv_cache, attn_metadata, *mix_args))
         hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
         return self.branch_out(self.mlp(hidden_states)), residual
+
+    def mix(
+        self,
+        positions: torch.Tensor,
+        hidden_states: torch.Tensor,
+        kv_cache: Optional[torch.Tensor],
+        attn_metadata: AttentionMetadata,
+        *mix_args: Any,
+    ) -> torch.Tensor:
+        """The token-mixing branch (attention); `mix_args`: what the model hands a family's own."""
+        return self.self_attn(positions, hidden_states, kv_cache, attn_metadata)
 
     def branch_out(self, x: torch.Tensor) -> torch.Tensor:
         """What an attention or MLP branch adds to the residual stream (Granite scales it)."""

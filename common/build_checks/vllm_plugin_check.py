@@ -1,6 +1,6 @@
 """Check at image build that the image's Python finds the vLLM plugin (R8-R12) only when asked.
 
-usage: python3 -m common.image_checks.vllm_plugin_check [PLUGIN_DIR]   (default: common/vllm_plugin)
+usage: python3 -m common.build_checks.vllm_plugin_check [PLUGIN_DIR]   (default: common/vllm_plugin)
 
 vLLM discovers general plugins through importlib.metadata entry points. The plugin is not
 installed: its directory holds a `*.dist-info` that the repairs put first on PYTHONPATH. With the

@@ -6,8 +6,8 @@ usage: python engine_checks.py [--warm] [REQUESTS.json]   (without a file: the J
        (doctor over a folder: the engine's import overlaps the checks before it)
 
 Run under the engine's interpreter as a script: stdlib, transformers and tokenizers, and of the
-runtime package only its standalone modules (engine/patching.py, checks/layer_api.py,
-checks/model_build.py), imported by name with the package's root last on sys.path. One process answers every request of a start, in order,
+runtime package only its standalone modules (engine/patching.py, engine_checks/layer_api.py,
+engine_checks/model_build.py), imported by name with the package's root last on sys.path. One process answers every request of a start, in order,
 one JSON line each, flushed at once: a caller that has to kill a slow run keeps what was answered.
 
 Requests and the fields their answers add:
@@ -60,6 +60,21 @@ import sys
 # The runtime package's root (common/ is in it), appended to sys.path by main: last, so that none
 # of the engine's own packages is shadowed.
 RUNTIME_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def foreign_common() -> str:
+    """Why the runtime package cannot be imported by name here, or "": with its root last on
+    sys.path, a top-level package called `common` in the engine's image would be imported in its
+    place (each check would then fail on a missing submodule, naming nothing)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("common")
+    found = os.path.realpath(spec.origin) if spec and spec.origin else None
+    ours = os.path.realpath(os.path.join(RUNTIME_ROOT, "common", "__init__.py"))
+    if found == ours:
+        return ""
+    return f"the package `common` this Python imports is {found}, not the compat runtime's {ours}: a package of that name in the engine's image shadows it"
+
 
 PROBE_WORDS = "Hello, world! 12345 tiny models ünïcödé 漢字 "
 
@@ -242,7 +257,7 @@ def check_module(request):
 def check_layer_api(request):
     """Whether this interpreter's vLLM defines every symbol a backport calls, with the parameters
     it passes (read from its source; nothing is imported)."""
-    from common.checks import layer_api as probe
+    from common.engine_checks import layer_api as probe
 
     root = probe.vllm_dir()
     if not root:
@@ -261,7 +276,7 @@ def check_layer_api(request):
 def check_model_build(request):
     """The engine's model class built on the meta device (model_build.py: torch and vLLM; imported
     once per process, which keeps its distributed state)."""
-    from common.checks import model_build
+    from common.engine_checks import model_build
 
     return model_build.build(request)
 
@@ -351,9 +366,13 @@ def main(argv):
     gc.disable()
     if RUNTIME_ROOT not in sys.path:
         sys.path.append(RUNTIME_ROOT)
+    foreign = foreign_common()
+    if foreign:
+        emit({"index": None, "ok": False, "reason": foreign})
+        return 2
     if "--warm" in argv[1:]:
         argv = [a for a in argv if a != "--warm"]
-        from common.checks import model_build
+        from common.engine_checks import model_build
 
         model_build.warm()
     try:

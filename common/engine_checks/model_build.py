@@ -1,5 +1,5 @@
 """Build the engine's own model class for a model on the meta device: the engine side of doctor's
-MB check (checks/engine_checks.py answers `model_build` requests with it, importing this module
+MB check (engine_checks/process.py answers `model_build` requests with it, importing this module
 only for them: everything else it answers stays torch-free).
 
 A start that gets past the model's metadata can still be refused when the engine constructs its

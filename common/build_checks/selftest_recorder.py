@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""vLLM's stand-in in `selftest` (common/image_checks/selftest.py): records the argv and the environment it
+"""vLLM's stand-in in `selftest` (common/build_checks/selftest.py): records the argv and the environment it
 was exec'd with into the file COMPAT_SELFTEST_RECORD names, then exits 0.
 
 It ships in the image beside the runtime package, executable, because the platform may give the

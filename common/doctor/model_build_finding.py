@@ -9,7 +9,7 @@ the platform's tensor-parallel size). After a plan is finished
 model class as the image's engine would: for the path vLLM is given (the model, or the model view
 doctor made), with `vllm serve`'s arguments (the repairs' and the platform's), in a process with
 the repairs' environment and the image's plugin registered, on the meta device
-(checks/model_build.py: no weights, no memory).
+(engine_checks/model_build.py: no weights, no memory).
 
 A refusal is a failing finding MB carrying the engine's own exception and the file:line that
 raised it; a build that cannot be asked here (no vLLM in that Python, a failure of the harness or
