@@ -58,7 +58,7 @@ class Host:
         self.listener.bind(path)
         self.listener.listen(16)
         self.listener.settimeout(1.0)
-        self.mtimes = _module_mtimes()
+        self.mtimes = module_mtimes()
 
     def serve(self) -> None:
         print("engine host: ready", flush=True)
@@ -181,7 +181,7 @@ def _launch(args: List[str], env: Dict[str, str], mtimes: Dict[str, float]) -> i
     real_exec = os.execvpe
 
     def exec_here(file: str, argv: List[str], exec_env: Dict[str, str]) -> None:
-        if file != "vllm" or _changed_on_disk(mtimes):
+        if file != "vllm" or changed_on_disk(mtimes):
             real_exec(file, argv, exec_env)  # a patched engine (or another program): the real exec
         os.execvpe = real_exec  # type: ignore[assignment] - a real exec from here on is one
         _as_if_started(argv, exec_env)
@@ -266,7 +266,8 @@ def _sitecustomize(entries: List[str]) -> None:
             return
 
 
-def _module_mtimes() -> Dict[str, float]:
+def module_mtimes() -> Dict[str, float]:
+    """Each imported module's file with its modification time, to tell later whether one was rewritten."""
     out = {}
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
@@ -278,7 +279,7 @@ def _module_mtimes() -> Dict[str, float]:
     return out
 
 
-def _changed_on_disk(mtimes: Dict[str, float]) -> bool:
+def changed_on_disk(mtimes: Dict[str, float]) -> bool:
     """Whether a module this host imported was rewritten since (a start-time engine patch)."""
     for path, mtime in mtimes.items():
         try:

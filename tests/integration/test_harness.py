@@ -10,7 +10,7 @@ import pytest
 from harness import starts
 from harness.cores import bind_string, share
 from harness.engine import ENGINES
-from harness.engine_host import _changed_on_disk, _module_mtimes
+from harness.engine_host import changed_on_disk, module_mtimes
 from harness.engine_hosts import forkable
 
 
@@ -68,12 +68,12 @@ def test_a_module_rewritten_on_disk_sends_the_host_to_a_real_exec(tmp_path, monk
     monkeypatch.syspath_prepend(str(tmp_path))
     import patched_by_a_start  # noqa: F401
 
-    mtimes = _module_mtimes()
-    assert str(module) in mtimes and not _changed_on_disk(mtimes)
+    mtimes = module_mtimes()
+    assert str(module) in mtimes and not changed_on_disk(mtimes)
     time.sleep(0.01)
     module.write_text("X = 2\n")
     os.utime(module, (time.time() + 5, time.time() + 5))
-    assert _changed_on_disk(mtimes)
+    assert changed_on_disk(mtimes)
 
 
 def test_hosts_are_no_modules_and_one_per_engine_and_worker():
