@@ -18,6 +18,7 @@ import subprocess
 import sys
 from typing import Dict, Optional
 
+from .. import PLUGIN_DIR
 from ..vllm_plugin.compat_configs import CLASSES
 from ..vllm_plugin.compat_configs import ENV as CONFIGS_ENV
 
@@ -50,7 +51,7 @@ def main(argv: list) -> int:
     if len(argv) > 1:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
-    argv = argv or [os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "vllm_plugin")]
+    argv = argv or [PLUGIN_DIR]
     asked, unasked = probe(argv[0]), probe("")
     if asked != "1 True":
         print(

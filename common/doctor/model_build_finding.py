@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 
+from .. import PLUGIN_DIR
 from ..start.log import say
 
 TYPE_CHECKING = False  # typing costs milliseconds at every container start
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
 CODE = "MB"
 KIND = "model_build"
-PLUGIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "vllm_plugin")
 # The engine Python imports vLLM and torch before the first model (5-20 s on two cores), then
 # builds each model in well under a second: the process's time limit is this plus the per-model
 # limit (COMPAT_VERIFY_TIMEOUT) for each model.

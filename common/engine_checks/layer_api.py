@@ -3,7 +3,7 @@
 A symbol is "file under vllm/:Class[.method]" or "file:function"; its answer is the parameter
 names it takes (a class: its own __init__'s, [] when it defines none). Read from the syntax
 tree, never imported: importing the layers needs torch, and on a vendor fork its device
-libraries. Standalone (standard library only): the engine-side checks (engine_checks.py) and the
+libraries. Standalone (standard library only): the engine-side checks (process.py) and the
 profile snapshot at image build (compat_build/snapshot_engine.py) load this file by path.
 """
 

@@ -51,7 +51,8 @@ build's own (vLLM 0.32's block-scaled FP8 and MXFP4 MoE kernels ask for AMX tile
 Checked against the conformance matrix's tiny models (every case, every saver, each engine's
 platform arguments): no model whose greedy tokens the engine served exactly is refused.
 
-Standalone like engine_checks.py: of the runtime package, nothing beside the checks' own modules.
+Standalone like process.py: of the runtime package, nothing beside the checks' own modules and the
+package's PLUGIN_DIR.
 """
 
 import contextlib
@@ -62,8 +63,8 @@ import sys
 import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PLUGIN_DIR = os.path.join(os.path.dirname(HERE), "vllm_plugin")
+from common import PLUGIN_DIR  # by name, as process.py imports this module (it checked `common` is ours)
+
 
 # Where a raising frame makes the exception the model's refusal (paths under the vllm package).
 # (attention/layer.py: 0.5.5's and 0.11's Attention layer, which asserts on the head counts.)
@@ -655,18 +656,57 @@ def _said(error):
 # ---- the request ------------------------------------------------------------------------------
 
 
+# What vLLM's import pulls in that building a model class never runs, kept out of this process's
+# first import of vLLM: scikit-learn (transformers' assisted decoding imports it when installed)
+# and the offline entry point vllm.LLM with all it imports (the OpenAI API's types, chat
+# templates, guided decoding), which vLLM 0.5.5's package __init__ imports eagerly (0.6.4+ import
+# it lazily). About a second of the 4.5 s that import takes on two cores, most of doctor's time
+# over a folder (make bench: doctor_models_per_s). Both are put back once vLLM is imported: a
+# module that asks for them later imports the real ones.
+UNUSED_BY_THE_BUILD = ("sklearn",)
+OFFLINE_ENTRY_POINT = "vllm.entrypoints.llm"
+
+
+def _import_engine():
+    """Import vLLM and its engine arguments (torch with them) without what the build never runs."""
+    import types
+
+    # transformers decides once, at its own import, what is installed: hidden after that, a
+    # package it found would fail its import.
+    hidden = [name for name in UNUSED_BY_THE_BUILD if name not in sys.modules] if "transformers" not in sys.modules else []
+    stub = None
+    if OFFLINE_ENTRY_POINT not in sys.modules and "vllm" not in sys.modules:
+        stub = types.ModuleType(OFFLINE_ENTRY_POINT)
+        stub.LLM = None  # vllm.LLM: the offline entry point, which no model build calls
+        sys.modules[OFFLINE_ENTRY_POINT] = stub
+    for name in hidden:
+        sys.modules[name] = None  # what importlib answers for a package that is not installed
+    try:
+        import vllm
+        from vllm.engine.arg_utils import AsyncEngineArgs  # noqa: F401
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, False) is None:
+                del sys.modules[name]
+        if stub is not None and sys.modules.get(OFFLINE_ENTRY_POINT) is stub:
+            del sys.modules[OFFLINE_ENTRY_POINT]
+            entrypoints = sys.modules.get("vllm.entrypoints")
+            if getattr(entrypoints, "llm", None) is stub:
+                delattr(entrypoints, "llm")
+    return vllm
+
+
 def warm():
     """The imports the first build pays (vLLM, its engine arguments, torch), made ahead of the
     requests; a failure is left for the build to report (it imports them again and says why)."""
     try:
-        import vllm  # noqa: F401
-        from vllm.engine.arg_utils import AsyncEngineArgs  # noqa: F401
+        _import_engine()
     except Exception:
         pass
 
 
 def build(request):
-    """The answer to one model_build request (see engine_checks.py); never raises."""
+    """The answer to one model_build request (see process.py); never raises."""
     started = time.perf_counter()
     try:
         answer = _build(request)
@@ -684,7 +724,7 @@ def build(request):
 
 def _build(request):
     try:
-        import vllm
+        vllm = _import_engine()
     except Exception as exc:
         raise Unanswerable(f"vLLM is not importable by {sys.executable} ({type(exc).__name__}: {exc})") from None
     version = str(getattr(vllm, "__version__", "?"))

@@ -1,6 +1,6 @@
 """Answer check requests with this interpreter's own transformers: the engine side of common/start/verify.py.
 
-usage: python engine_checks.py [--warm] [REQUESTS.json]   (without a file: the JSON list on stdin)
+usage: python process.py [--warm] [REQUESTS.json]   (without a file: the JSON list on stdin)
        --warm: import what an engine request needs (model_build.py: vLLM and torch) before the
        requests are read, so that a caller can start this process while it still plans them
        (doctor over a folder: the engine's import overlaps the checks before it)
@@ -44,7 +44,9 @@ Requests and the fields their answers add:
       Answered by model_build.py, imported only for this request: it imports vLLM and torch, so
       verify.py starts such requests in a process of their own, without TORCH_OFF.
 Every answer: "index", "kind", "ok" (true, false, or null: this interpreter cannot check, e.g.
-no transformers), "reason", "transformers" (version or null), "torch_loaded".
+no transformers, or a request of RUNTIME_KINDS where a package called `common` in the engine's
+image shadows the runtime package), "reason", "transformers" (version or null), "torch_loaded".
+Requests that cannot be read get one answer with index null, and the process exits 2.
 
 Torch is never needed to read a tokenizer or a config, and importing it costs seconds and
 hundreds of MB. transformers 4.x leaves it alone under USE_TORCH=0 (verify.py sets it for this
@@ -62,10 +64,15 @@ import sys
 RUNTIME_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+# The checks answered with the runtime package's own modules, imported by name (the rest read
+# only transformers, tokenizers and the image's plugin directory).
+RUNTIME_KINDS = ("module", "layer_api", "model_build")
+
+
 def foreign_common() -> str:
     """Why the runtime package cannot be imported by name here, or "": with its root last on
     sys.path, a top-level package called `common` in the engine's image would be imported in its
-    place (each check would then fail on a missing submodule, naming nothing)."""
+    place (a check of RUNTIME_KINDS would then fail on a missing submodule, naming nothing)."""
     import importlib.util
 
     spec = importlib.util.find_spec("common")
@@ -177,6 +184,8 @@ def _text_config(config):
 def _register_configs(model_types):
     """Register the image's config classes for `model_types`, as vllm_plugin/sitecustomize.py
     does in the engine's process (the plugin directory on sys.path: its top-level name)."""
+    # This script's own path, not common.PLUGIN_DIR: a config check imports no runtime module
+    # (RUNTIME_KINDS), so that it is made even where a foreign `common` shadows the package.
     plugin = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "vllm_plugin")
     if plugin not in sys.path:
         sys.path.insert(0, plugin)
@@ -310,12 +319,14 @@ def hide_torch(requests):
         sys.modules["torch"] = None
 
 
-def answer(index, request, version, unavailable=""):
+def answer(index, request, version, unavailable="", foreign=""):
     kind = request.get("kind") if isinstance(request, dict) else None
     base = {"index": index, "kind": kind, "transformers": version}
     check = CHECKS.get(kind)
     if check is None:
         result = {"ok": False, "reason": f"unknown check kind {kind!r} (known: {', '.join(sorted(CHECKS))})"}
+    elif foreign and kind in RUNTIME_KINDS:  # says nothing of the model: "unverified", naming why
+        result = {"ok": None, "reason": f"cannot tell: {foreign}"}
     elif version is None and kind not in ("module", "layer_api"):  # they read no transformers
         result = {"ok": None, "reason": unavailable}
     else:
@@ -326,8 +337,9 @@ def answer(index, request, version, unavailable=""):
     return dict(base, torch_loaded=torch_loaded(), **result)
 
 
-def answer_all(requests):
-    """Print one answer line per request, in order."""
+def answer_all(requests, foreign=""):
+    """Print one answer line per request, in order (`foreign`: why RUNTIME_KINDS cannot be
+    checked here, foreign_common's answer)."""
     hide_torch(requests)
     version, unavailable = None, ""
     try:
@@ -337,7 +349,7 @@ def answer_all(requests):
     except Exception as exc:
         unavailable = f"transformers is not importable here ({type(exc).__name__}: {exc})"[:500]
     for index, request in enumerate(requests):
-        emit(answer(index, request, version, unavailable))
+        emit(answer(index, request, version, unavailable, foreign))
 
 
 def read_requests(argv):
@@ -367,20 +379,18 @@ def main(argv):
     if RUNTIME_ROOT not in sys.path:
         sys.path.append(RUNTIME_ROOT)
     foreign = foreign_common()
-    if foreign:
-        emit({"index": None, "ok": False, "reason": foreign})
-        return 2
     if "--warm" in argv[1:]:
         argv = [a for a in argv if a != "--warm"]
-        from common.engine_checks import model_build
+        if not foreign:
+            from common.engine_checks import model_build
 
-        model_build.warm()
+            model_build.warm()
     try:
         requests = read_requests(argv)
     except (OSError, ValueError) as exc:
         emit({"index": None, "ok": False, "reason": f"unreadable requests ({exc})"})
         return 2
-    answer_all(requests)
+    answer_all(requests, foreign)
     return 0
 
 

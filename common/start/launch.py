@@ -229,7 +229,7 @@ def _say_noexec(env: Mapping[str, str]) -> None:
             )
 
 
-def _sane(plan: Plan, user_args: List[str]) -> bool:
+def keeps_red_lines(plan: Plan, user_args: List[str]) -> bool:
     """The last guard of red lines 4 and 5: strings only, and the user's arguments passed whole,
     in order, last; only the value of their own --hf-overrides may differ (ours merged in)."""
     if not all(isinstance(a, str) for a in plan.args + plan.user_args):
@@ -266,7 +266,7 @@ def _planned(model_dir: str, user_args: List[str], env: Mapping[str, str]) -> Op
         return None
     _preflight(plan, model_dir, card, user_args, env)
     try:
-        if _sane(plan, user_args):
+        if keeps_red_lines(plan, user_args):
             return plan
     except Exception:  # noqa: B902 - a plan that cannot even be checked is not used
         pass

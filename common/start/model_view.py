@@ -206,7 +206,7 @@ def apply_verdict(
     of the further requests of carried.requests()); serve the view when that is the route.
     The repairs of one view are verified together, like those of one tokenizer overlay."""
     if ok and carried.edits:
-        mismatch = _mismatch(carried.edits, answer.get("attributes") or {}, answer.get("text_config"))
+        mismatch = edits_mismatch(carried.edits, answer.get("attributes") or {}, answer.get("text_config"))
         if mismatch:
             ok, reason = False, mismatch
     for more_ok, more_reason, _ in more or []:
@@ -268,7 +268,7 @@ def _link_generation_config(model: ModelDir, target: str) -> None:
         os.symlink(os.path.join(model.path, name), os.path.join(target, name))
 
 
-def _mismatch(edits: Dict[str, Any], seen: Dict[str, Any], text: Optional[Dict[str, Any]] = None) -> Optional[str]:
+def edits_mismatch(edits: Dict[str, Any], seen: Dict[str, Any], text: Optional[Dict[str, Any]] = None) -> Optional[str]:
     """Why the engine's reading of the rewritten config differs from the edits, or None. Only
     plain values are compared (a dict is the engine's to expand); a nested text config's values
     are compared with what the engine reads on its text config (`text`, the check's answer)."""

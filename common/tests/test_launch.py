@@ -204,11 +204,11 @@ def test_without_proc_the_coerced_locale_is_dropped(monkeypatch):
 )
 def test_the_last_guard_lets_only_their_overrides_value_change(changed, ok):
     from common.plan import Plan
-    from common.start.launch import _sane
+    from common.start.launch import keeps_red_lines
 
     plan = Plan(card="nv-a100", model_dir="/m")
     plan.args, plan.user_args = ["--chat-template", "/t"], changed
-    assert _sane(plan, ["--port", "1", "--hf-overrides", '{"b": 2}']) is ok
+    assert keeps_red_lines(plan, ["--port", "1", "--hf-overrides", '{"b": 2}']) is ok
 
 
 def _seeding_home(tmp_path: Path) -> Path:

@@ -158,11 +158,11 @@ def test_dry_runs_and_doctor_leave_nothing_behind(tmp_path, models, env_for_test
 
 def test_a_nested_value_the_engine_does_not_read_fails_verification():
     """The engine's answer for text_config.rope_theta is compared, not skipped."""
-    from common.start.model_view import _mismatch
+    from common.start.model_view import edits_mismatch
 
     edits = {"text_config": {"model_type": "llama", "rope_theta": 1e6, "rope_parameters": {"rope_theta": 1e6}}}
-    assert _mismatch(edits, {}, {"attributes": {"rope_theta": 1e6}}) is None
-    why = _mismatch(edits, {}, {"attributes": {"rope_theta": 10000.0}})
+    assert edits_mismatch(edits, {}, {"attributes": {"rope_theta": 1e6}}) is None
+    why = edits_mismatch(edits, {}, {"attributes": {"rope_theta": 10000.0}})
     assert why == "the engine's transformers reads text_config.rope_theta=10000.0, not 1000000.0"
 
 

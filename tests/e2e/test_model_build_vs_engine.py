@@ -248,3 +248,27 @@ def test_vllm_011_builds_what_r13_states_and_refuses_it_without(r13_zoo):
         row = repaired[name, "nv-a100"]
         assert "R13" in row["repairs"] and not mb(row) and "MB" not in row["failing"], row
     assert repaired["gemma2-v5", "nv-a100"]["verdict"] == "starts", repaired["gemma2-v5", "nv-a100"]
+
+
+@pytest.mark.parametrize("engine", [ENGINE_055, ENGINE_0110, ENGINE_NEXT], ids=lambda e: e.version)
+def test_the_model_builds_lighter_import_leaves_the_engine_whole(engine):
+    """The model build's process imports vLLM without what no build runs (scikit-learn, vLLM
+    0.5.5's eager offline entry point): a module that asks for either afterwards gets the real one."""
+    if not engine.available():
+        pytest.skip(engine.missing_reason)
+    code = (
+        f"import importlib.util, sys; sys.path.append({str(ROOT)!r})\n"
+        "installed = importlib.util.find_spec('sklearn') is not None\n"
+        "from common.engine_checks import model_build\n"
+        "model_build.warm()\n"
+        "import vllm\n"
+        "from vllm.entrypoints.llm import LLM\n"
+        "from transformers.generation import GenerationMixin\n"
+        "roc = __import__('sklearn.metrics').metrics.roc_curve.__name__ if installed else 'no-sklearn'\n"
+        "print(vllm.__version__, LLM.__name__, GenerationMixin.__name__, roc)\n"
+    )
+    run = subprocess.run([str(engine.python), "-c", code], capture_output=True, text=True, env=engine.env(), timeout=300)
+    # vLLM 0.5.5's venv has scikit-learn (its outlines' dependencies bring it), the others none.
+    sklearn = "roc_curve" if engine is ENGINE_055 else "no-sklearn"
+    last = (run.stdout.strip().splitlines() or [""])[-1]  # vLLM 0.11 logs to stdout
+    assert last.split() == [engine.version, "LLM", "GenerationMixin", sklearn], run.stderr[-2000:]

@@ -9,8 +9,8 @@ iterator the plugin wraps) and from the container's VLLM_PLUGINS, which can excl
 
 from __future__ import annotations
 
-import os
 
+from ... import PLUGIN_DIR
 from ...plan import Repair
 from ...vllm_plugin.compat_plugin import PLUGIN_NAME
 
@@ -19,9 +19,6 @@ if TYPE_CHECKING:
     from typing import Optional, Tuple
 
     from .base import Context
-
-# common/vllm_plugin, two levels above this package.
-PLUGIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "vllm_plugin")
 
 
 def blocker(ctx: Context, weights: bool = True) -> Optional[Tuple[str, str]]:
