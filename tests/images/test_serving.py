@@ -186,7 +186,7 @@ def failed_start(srv, failure: str, timeout: float = 240) -> str:
     deadline = time.monotonic() + timeout
     while srv.running() and failure not in srv.log():
         assert time.monotonic() < deadline, f"neither an exit nor {failure!r} in {timeout:g}s:\n{srv.log()[-3000:]}"
-        time.sleep(2)
+        time.sleep(0.5)
     try:
         status = urllib.request.urlopen(f"http://127.0.0.1:{srv.port}/health", timeout=5).status
     except (urllib.error.URLError, OSError):
